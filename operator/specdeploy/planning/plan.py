@@ -1,0 +1,127 @@
+"""The Plan: every parallelism and memory decision as a value, with the reason for each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """How one model's attention is split across the GPUs of a TP group."""
+
+    attention_heads_per_gpu: int
+    kv_heads_per_gpu: int
+    head_size: int
+    uses_mla: bool
+    num_experts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attentionHeadsPerGpu": self.attention_heads_per_gpu,
+            "kvHeadsPerGpu": self.kv_heads_per_gpu,
+            "headSize": self.head_size,
+            "usesMLA": self.uses_mla,
+            "numExperts": self.num_experts,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-GPU memory of one layout, in GiB; `fits` compares with the usable budget."""
+
+    gpu_memory_gib: float
+    budget_gib: float  # gpuMemoryUtilization x GPU memory
+    target_weights_gib: float
+    draft_weights_gib: float
+    kv_cache_gib: float  # maxModelLen x minConcurrentSequences, target + draft
+    activation_reserve_gib: float
+    kv_bytes_per_token: int  # per GPU, target + draft
+    weights_source: str
+
+    @property
+    def required_gib(self) -> float:
+        return self.target_weights_gib + self.draft_weights_gib + self.kv_cache_gib + self.activation_reserve_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.required_gib <= self.budget_gib
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpuMemoryGiB": round(self.gpu_memory_gib, 2),
+            "budgetGiB": round(self.budget_gib, 2),
+            "targetWeightsGiB": round(self.target_weights_gib, 2),
+            "draftWeightsGiB": round(self.draft_weights_gib, 2),
+            "kvCacheGiB": round(self.kv_cache_gib, 2),
+            "activationReserveGiB": round(self.activation_reserve_gib, 2),
+            "requiredGiB": round(self.required_gib, 2),
+            "kvBytesPerTokenPerGpu": self.kv_bytes_per_token,
+            "weightsSource": self.weights_source,
+            "fits": self.fits,
+        }
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout auto mode considered, and why it was taken or rejected."""
+
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    accepted: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tensorParallelSize": self.tensor_parallel_size,
+            "pipelineParallelSize": self.pipeline_parallel_size,
+            "accepted": self.accepted,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the renderer turns into pods: one replica = nodes_per_replica pods of gpus_per_pod GPUs."""
+
+    method: str
+    num_speculative_tokens: int
+    tensor_parallel_size: int
+    draft_tensor_parallel_size: int | None
+    pipeline_parallel_size: int
+    nodes_per_replica: int
+    gpus_per_pod: int
+    max_model_len: int | None
+    target: ModelLayout
+    draft: ModelLayout | None
+    memory: MemoryEstimate | None
+    speculative_config: dict[str, Any]
+    candidates: tuple[Candidate, ...] = ()
+    decisions: tuple[str, ...] = field(default=())
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes_per_replica > 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "numSpeculativeTokens": self.num_speculative_tokens,
+            "tensorParallelSize": self.tensor_parallel_size,
+            "draftTensorParallelSize": self.draft_tensor_parallel_size,
+            "pipelineParallelSize": self.pipeline_parallel_size,
+            "nodesPerReplica": self.nodes_per_replica,
+            "gpusPerPod": self.gpus_per_pod,
+            "gpusPerReplica": self.gpus_per_replica,
+            "maxModelLen": self.max_model_len,
+            "target": self.target.to_dict(),
+            "draft": self.draft.to_dict() if self.draft else None,
+            "memory": self.memory.to_dict() if self.memory else None,
+            "speculativeConfig": self.speculative_config,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "decisions": list(self.decisions),
+        }

@@ -1,0 +1,43 @@
+"""Findings: the single shape every rule reports in (CLI JSON, CR status, events)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import Enum
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One verdict of one rule: `field` names the spec path a user would edit."""
+
+    code: str
+    severity: Severity
+    field: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        data = asdict(self)
+        data["severity"] = self.severity.value
+        return data
+
+
+def error(code: str, field: str, message: str) -> Finding:
+    return Finding(code, Severity.ERROR, field, message)
+
+
+def warning(code: str, field: str, message: str) -> Finding:
+    return Finding(code, Severity.WARNING, field, message)
+
+
+def info(code: str, field: str, message: str) -> Finding:
+    return Finding(code, Severity.INFO, field, message)
+
+
+def has_errors(findings: list[Finding]) -> bool:
+    return any(f.severity is Severity.ERROR for f in findings)
