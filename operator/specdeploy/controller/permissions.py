@@ -1,0 +1,49 @@
+"""Every Kubernetes permission the operator's code uses, declared once.
+
+The Helm chart builds its (Cluster)Role from `PERMISSIONS`, and the client layer
+(`controller/kube.py`) checks each call against it, so the RBAC the chart grants and the
+calls the code makes cannot drift apart. `SECRETS_PERMISSION` is opt-in: only an operator
+that reads a Hub token itself (to fetch configs from gated repos) needs it; the pods get
+their token through `secretKeyRef`, which needs no operator permission.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Permission:
+    """One RBAC rule: `resource` may carry a subresource (`speculativedeployments/status`)."""
+
+    api_group: str
+    resource: str
+    verbs: tuple[str, ...]
+
+
+PERMISSIONS: tuple[Permission, ...] = (
+    # The custom resource: kopf lists and watches it, patches its progress annotations
+    # and, through the status subresource, the designed status.
+    Permission("specdeploy.io", "speculativedeployments", ("get", "list", "watch", "patch")),
+    Permission("specdeploy.io", "speculativedeployments/status", ("get", "patch")),
+    # The children. list/watch on the workload kinds: their readiness is mirrored into
+    # the parent's status by a watch handler (no timer, hence no finalizer on the parent).
+    Permission("apps", "deployments", ("get", "list", "watch", "create", "patch")),
+    Permission("leaderworkerset.x-k8s.io", "leaderworkersets", ("get", "list", "watch", "create", "patch")),
+    Permission("", "services", ("get", "create", "patch")),
+    Permission("policy", "poddisruptionbudgets", ("get", "create", "patch")),
+    # Model configs given as spec.target.configMapRef / spec.draft.configMapRef.
+    Permission("", "configmaps", ("get",)),
+    # Events for every condition transition (kopf posts them to core/v1 events).
+    Permission("", "events", ("create",)),
+)
+
+# Opt-in (chart value): read the Secret named by spec.hfTokenSecretRef to fetch configs of
+# gated Hub repos. Without it the operator reads configs anonymously, inline or from ConfigMaps.
+SECRETS_PERMISSION = Permission("", "secrets", ("get",))
+
+
+def allows(api_group: str, resource: str, verb: str, *, with_secrets: bool = True) -> bool:
+    """True when the declared permissions cover this call (used by the client layer)."""
+    rules = PERMISSIONS + ((SECRETS_PERMISSION,) if with_secrets else ())
+    return any(p.api_group == api_group and p.resource == resource and verb in p.verbs for p in rules)
