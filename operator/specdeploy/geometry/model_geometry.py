@@ -1,0 +1,246 @@
+"""Read a config.json into the geometry the rules need, the way vLLM reads it.
+
+Sources for each derivation: vllm/transformers_utils/model_arch_config_convertor.py
+(head size, KV heads, experts, MLA detection) and vllm/transformers_utils/config.py
+(`get_hf_text_config`: multimodal checkpoints keep the LLM in `text_config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import CONFIG_MAPPING, PretrainedConfig
+
+from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
+from specdeploy.validation import vllm_support
+from specdeploy.validation.findings import Finding, error
+
+_KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
+_EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
+_EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_topk", "moe_top_k")
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+class ConfigRejected(ValueError):
+    """The config's own class (transformers or ours) refused it, as vLLM's loader would."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The attention/MLA/MoE shape of one model, as vLLM will see it."""
+
+    model_type: str
+    text_model_type: str
+    architectures: tuple[str, ...]
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_size: int  # KV-cache head size: kv_lora_rank + qk_rope_head_dim for MLA
+    head_dim: int  # per-head q/k width (not hidden / heads when the config says so)
+    uses_mla: bool
+    num_layers: int
+    num_kv_cache_layers: int  # layers holding a per-token KV cache (full attention)
+    num_state_layers: int  # linear-attention layers holding a fixed per-sequence state
+    vocab_size: int
+    draft_vocab_size: int | None
+    num_experts: int
+    num_experts_per_token: int
+    dtype: str
+    quant_method: str | None
+    weight_bits: float | None
+    max_position_embeddings: int | None
+    block_size: int | None
+    n_predict: int | None
+    num_nextn_predict_layers: int | None
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    intermediate_size: int = 0
+    moe_intermediate_size: int = 0
+    expert_hidden_size: int = 0  # latent MoE (Kimi-K3) runs experts in a smaller width
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    linear_attn_heads: int = 0
+    linear_attn_head_dim: int = 0
+    tie_word_embeddings: bool = False
+    quantization: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+
+def _first(obj: Any, keys: tuple[str, ...], default: Any = None) -> Any:
+    for key in keys:
+        value = _get(obj, key)
+        if value is not None:
+            return value
+    return default
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def parse_config(raw: dict[str, Any]) -> PretrainedConfig | dict[str, Any]:
+    """Parse with the class vLLM's loader would use, so its validators run as they will
+    in the pod. Types neither we nor transformers know stay a plain dict (vLLM would need
+    the checkpoint's remote code for those)."""
+    model_type = raw.get("model_type")
+    cls = MLA_CONFIG_CLASSES.get(model_type) or (CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None)
+    if cls is None:
+        return raw
+    try:
+        return cls.from_dict(dict(raw))
+    except Exception as exc:  # transformers raises several types; all mean "rejected"
+        message = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
+        raise ConfigRejected(f"{cls.__name__} rejects this config: {message}") from exc
+
+
+def text_config_of(config: PretrainedConfig | dict[str, Any]) -> Any:
+    """The LLM part: `text_config` (Kimi-K3, Llama-4, Qwen3-VL), speculators'
+    `transformer_layer_config`, or the config itself."""
+    if isinstance(config, PretrainedConfig):
+        return config.get_text_config()
+    for key in ("text_config", "transformer_layer_config", "llm_config"):
+        sub = config.get(key)
+        if isinstance(sub, dict) and "num_attention_heads" in sub:
+            return sub
+    return config
+
+
+def _quantization(config: Any, text: Any) -> dict[str, Any] | None:
+    quant = _get(config, "quantization_config") or _get(config, "compression_config") or _get(text, "quantization_config")
+    return dict(quant) if isinstance(quant, dict) else None
+
+
+def _weight_bits(quant: dict[str, Any] | None) -> tuple[str | None, float | None]:
+    """Bits per quantized weight, including block-scale overhead where the format has it."""
+    if not quant:
+        return None, None
+    method = str(quant.get("quant_method", "")).lower().replace("compressed_tensors", "compressed-tensors") or None
+    fmt = str(quant.get("format", "")).lower()
+    bits = quant.get("bits") or quant.get("w_bit")
+    groups = quant.get("config_groups") or {}
+    for group in groups.values() if isinstance(groups, dict) else ():
+        weights = group.get("weights") or {}
+        bits = weights.get("num_bits", bits)
+        group_size = weights.get("group_size")
+        if bits and group_size:
+            return method, float(bits) + 8.0 / float(group_size)  # one 8-bit scale per group
+    if method == "mxfp4" or "mxfp4" in fmt:
+        return method, 4.25
+    if method in {"fp8", "fbgemm_fp8", "modelopt"} or "fp8" in fmt:
+        return method, 8.0
+    if bits:
+        return method, float(bits) + (16.0 / float(quant.get("group_size", 128)))
+    return method, None
+
+
+def _dtype(config: Any, text: Any) -> str:
+    value = _get(config, "dtype") or _get(config, "torch_dtype") or _get(text, "dtype") or _get(text, "torch_dtype")
+    return str(value).replace("torch.", "") if value else "bfloat16"
+
+
+def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | None, list[Finding]]:
+    """Geometry of one config.json; findings name `field_prefix`.<key> for what is wrong."""
+    if not isinstance(raw, dict):
+        return None, [error("config-not-object", field_prefix, "config.json must be a JSON object")]
+    try:
+        config = parse_config(raw)
+    except ConfigRejected as exc:
+        return None, [error("config-rejected", field_prefix, str(exc))]
+    text = text_config_of(config)
+    findings: list[Finding] = []
+    required = {"num_attention_heads": _first(text, ("num_attention_heads", "n_head", "num_heads", "n_heads")),
+                "num_hidden_layers": _first(text, ("num_hidden_layers", "n_layer", "num_layers", "n_layers")),
+                "vocab_size": _get(text, "vocab_size") or _get(config, "vocab_size")}
+    for key, value in required.items():
+        if not isinstance(value, int) or value <= 0:
+            findings.append(error("config-missing-field", f"{field_prefix}.{key}",
+                                  f"config.json has no usable {key} (got {value!r}); it must be a positive integer"))
+    if findings:
+        return None, findings
+
+    heads = int(required["num_attention_heads"])
+    layers = int(required["num_hidden_layers"])
+    model_type = str(_get(config, "model_type") or "")
+    text_model_type = str(_get(text, "model_type") or model_type)
+    hidden = int(_first(text, ("hidden_size", "n_embd", "d_model"), 0) or 0)
+    kv_lora = _get(text, "kv_lora_rank")
+    # vLLM decides MLA by model_type + kv_lora_rank (`is_deepseek_mla`), never by hidden/heads.
+    uses_mla = vllm_support.is_mla_model_type(text_model_type) and kv_lora is not None
+    rope = _get(text, "qk_rope_head_dim")
+    explicit_head_dim = _get(text, "head_dim")
+    if explicit_head_dim is not None and explicit_head_dim > 0:
+        head_dim = int(explicit_head_dim)
+    elif _get(text, "hidden_size_per_head") is not None:
+        head_dim = int(_get(text, "hidden_size_per_head"))
+    else:
+        head_dim = hidden // heads if heads else 0
+    head_size = int(kv_lora) + int(rope or 0) if uses_mla else head_dim
+    kv_heads = int(_first(text, _KV_HEAD_KEYS, heads))
+
+    linear = _get(text, "linear_attn_config") or {}
+    full_attn_layers = linear.get("full_attn_layers") if isinstance(linear, dict) else None
+    kv_cache_layers = len(full_attn_layers) if full_attn_layers else layers
+    experts = _first(text, _EXPERT_KEYS, 0) or 0
+    if isinstance(experts, list):
+        experts = experts[0]
+    per_token = _first(text, _EXPERTS_PER_TOKEN_KEYS, 0) or 0
+    if isinstance(per_token, list):
+        per_token = max(per_token, default=0)
+    quant = _quantization(config, text)
+    quant_method, bits = _weight_bits(quant)
+    speculators = _get(config, "speculators_config") or {}
+    proposals = speculators.get("proposal_methods") if isinstance(speculators, dict) else None
+    n_predict = _get(config, "n_predict")
+    if n_predict is None and proposals:
+        n_predict = proposals[0].get("speculative_tokens")
+    dflash = _get(config, "dflash_config") or {}
+    block_size = _get(config, "block_size") or _get(config, "dspark_block_size") or (dflash.get("block_size") if isinstance(dflash, dict) else None)
+
+    geometry = Geometry(
+        model_type=model_type,
+        text_model_type=text_model_type,
+        architectures=tuple(_get(config, "architectures") or _get(text, "architectures") or ()),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_size=head_size,
+        head_dim=head_dim,
+        uses_mla=uses_mla,
+        num_layers=layers,
+        num_kv_cache_layers=kv_cache_layers,
+        num_state_layers=layers - kv_cache_layers,
+        vocab_size=int(required["vocab_size"]),
+        draft_vocab_size=_get(config, "draft_vocab_size"),
+        num_experts=int(experts),
+        num_experts_per_token=int(per_token),
+        dtype=_dtype(config, text),
+        quant_method=quant_method,
+        weight_bits=bits,
+        max_position_embeddings=_first(text, _MAX_LEN_KEYS),
+        block_size=block_size,
+        n_predict=n_predict,
+        num_nextn_predict_layers=_get(text, "num_nextn_predict_layers"),
+        kv_lora_rank=kv_lora,
+        q_lora_rank=_get(text, "q_lora_rank"),
+        qk_nope_head_dim=_get(text, "qk_nope_head_dim"),
+        qk_rope_head_dim=rope,
+        v_head_dim=_get(text, "v_head_dim"),
+        intermediate_size=int(_get(text, "intermediate_size") or 0),
+        moe_intermediate_size=int(_get(text, "moe_intermediate_size") or _get(text, "intermediate_size") or 0),
+        expert_hidden_size=int(_get(text, "routed_expert_hidden_size") or hidden),
+        num_shared_experts=int(_first(text, ("num_shared_experts", "n_shared_experts"), 0) or 0),
+        first_dense_layers=int(_get(text, "first_k_dense_replace") or 0),
+        linear_attn_heads=int(linear.get("num_heads", 0)) if isinstance(linear, dict) else 0,
+        linear_attn_head_dim=int(linear.get("head_dim", 0)) if isinstance(linear, dict) else 0,
+        tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
+        quantization=quant,
+    )
+    return geometry, []

@@ -1,0 +1,255 @@
+"""Choose the parallel layout: the smallest valid one that fits memory, TP kept inside a
+node where possible, every rejected candidate recorded with its reason."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from specdeploy.api.spec import MODEL_FREE_METHODS, SpeculativeDeploymentSpec
+from specdeploy.geometry import Geometry, read_geometry
+from specdeploy.pipeline import Evaluation, ModelInputs
+from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
+from specdeploy.planning.memory import (
+    GIB,
+    activation_reserve_gib,
+    estimate_weight_bytes,
+    kv_bytes_per_token,
+    state_bytes_per_sequence,
+)
+from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
+from specdeploy.validation.findings import Finding, error, has_errors, info
+from specdeploy.validation.rules import (
+    DRAFT_TP_FIELD,
+    check_layout,
+    check_model_tp,
+    check_pair,
+    resolve_num_speculative_tokens,
+)
+from specdeploy.validation.methods import NO_PIPELINE_PARALLEL
+
+MAX_NODES_PER_REPLICA = 16
+MAX_PIPELINE_PARALLEL = 16
+DRAFT_KV_FREE_METHODS = frozenset({"medusa", "mlp_speculator", "ngram", "suffix"})
+
+
+@dataclass(frozen=True)
+class _Models:
+    target: Geometry
+    draft: Geometry | None  # for mtp: the target itself (its MTP layers draft)
+    target_weight_bytes: int
+    draft_weight_bytes: int
+    weights_source: str
+
+
+def _gpu_memory_gib(spec: SpeculativeDeploymentSpec) -> tuple[float | None, list[Finding]]:
+    gpu = spec.resources.gpu
+    if gpu.memory_gi_b is not None:
+        return gpu.memory_gi_b, []
+    if gpu.product is None:
+        return None, [info("memory-not-checked", "spec.resources.gpu",
+                           "no GPU product or memoryGiB given: the memory fit is not checked")]
+    try:
+        return lookup_gpu(gpu.product).memory_gib, []
+    except UnknownGpuError as exc:
+        return None, [error("gpu-unknown", "spec.resources.gpu.product", str(exc))]
+
+
+def _weights(spec: SpeculativeDeploymentSpec, target: Geometry, target_in: ModelInputs,
+             draft: Geometry | None, draft_in: ModelInputs | None) -> tuple[int, int, str]:
+    if spec.target.weights_gi_b is not None:
+        target_bytes, source = int(spec.target.weights_gi_b * GIB), "spec.target.weightsGiB"
+    elif target_in.weight_bytes:
+        target_bytes, source = target_in.weight_bytes, "safetensors index"
+    else:
+        target_bytes, source = estimate_weight_bytes(target), "estimated from config.json"
+    method = spec.draft.method
+    if method in MODEL_FREE_METHODS or method == "mtp" or draft is None:
+        draft_bytes = 0  # MTP layers ship inside the target checkpoint
+    elif spec.draft.weights_gi_b is not None:
+        draft_bytes = int(spec.draft.weights_gi_b * GIB)
+    elif draft_in is not None and draft_in.weight_bytes:
+        draft_bytes = draft_in.weight_bytes
+    else:
+        draft_bytes = estimate_weight_bytes(draft)
+    return target_bytes, draft_bytes, source
+
+
+def _layout(model: Geometry, tp: int) -> ModelLayout:
+    return ModelLayout(
+        attention_heads_per_gpu=model.num_attention_heads // tp,
+        kv_heads_per_gpu=1 if model.uses_mla else max(1, model.num_kv_heads // tp),
+        head_size=model.head_size,
+        uses_mla=model.uses_mla,
+        num_experts=model.num_experts,
+    )
+
+
+def _draft_kv_layers(method: str, draft: Geometry) -> int:
+    if method == "mtp":
+        return draft.num_nextn_predict_layers or 0
+    return draft.num_kv_cache_layers
+
+
+def _memory(spec: SpeculativeDeploymentSpec, models: _Models, gpu_gib: float,
+            tp: int, draft_tp: int | None, pp: int, max_model_len: int) -> MemoryEstimate:
+    method, kv_dtype = spec.draft.method, spec.serving.kv_cache_dtype
+    per_token = kv_bytes_per_token(models.target, tp, pp, kv_dtype)
+    if models.draft is not None and method not in DRAFT_KV_FREE_METHODS:
+        per_token += kv_bytes_per_token(models.draft, draft_tp or tp, 1, kv_dtype, _draft_kv_layers(method, models.draft))
+    sequences = spec.serving.min_concurrent_sequences
+    kv_bytes = per_token * max_model_len * sequences + state_bytes_per_sequence(models.target, tp, pp) * sequences
+    return MemoryEstimate(
+        gpu_memory_gib=gpu_gib,
+        budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
+        target_weights_gib=models.target_weight_bytes / (tp * pp) / GIB,
+        draft_weights_gib=models.draft_weight_bytes / (draft_tp or 1) / GIB,
+        kv_cache_gib=kv_bytes / GIB,
+        activation_reserve_gib=activation_reserve_gib(gpu_gib),
+        kv_bytes_per_token=per_token,
+        weights_source=models.weights_source,
+    )
+
+
+def _nodes(world: int, per_node: int) -> tuple[int, int] | None:
+    """(nodes, GPUs per pod) for a world of `world` GPUs, or None if it cannot split evenly."""
+    nodes = math.ceil(world / per_node)
+    return (nodes, world // nodes) if world % nodes == 0 else None
+
+
+def _candidate_layouts(spec: SpeculativeDeploymentSpec, target: Geometry) -> list[tuple[int, int]]:
+    """(tp, pp) pairs in preference order: fewest GPUs, then TP inside one node, then less PP."""
+    per_node = spec.resources.gpu.per_node
+    max_world = per_node * MAX_NODES_PER_REPLICA
+    want_tp, want_pp = spec.parallelism.tensor_parallel_size, spec.parallelism.pipeline_parallel_size
+    tps = [want_tp] if want_tp != "auto" else [t for t in range(1, min(target.num_attention_heads, max_world) + 1) if target.num_attention_heads % t == 0]
+    if want_pp != "auto":
+        pps = [want_pp]
+    elif spec.draft.method in NO_PIPELINE_PARALLEL:
+        pps = [1]
+    else:
+        pps = list(range(1, MAX_PIPELINE_PARALLEL + 1))
+    layouts = [(tp, pp) for tp in tps for pp in pps if tp * pp <= max_world or (want_tp != "auto" and want_pp != "auto")]
+    return sorted(layouts, key=lambda l: (l[0] * l[1], l[0] > per_node, l[1]))
+
+
+def _draft_tp(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int) -> tuple[int | None, list[Finding]]:
+    if draft is None:
+        return None, []
+    wanted = spec.draft.tensor_parallel_size
+    if wanted != "auto":
+        return wanted, []
+    if spec.draft.method == "mlp_speculator":
+        return 1, []  # vLLM runs MLPSpeculator only at TP 1
+    if tp == 1 or not check_model_tp(draft, tp, "draft", DRAFT_TP_FIELD):
+        return tp, []
+    return 1, [info("draft-tp-fallback", DRAFT_TP_FIELD,
+                    f"draft has {draft.num_attention_heads} attention heads ({draft.num_kv_heads} KV), which tensor parallel size {tp} does not divide: the draft runs at TP 1")]
+
+
+def _speculative_config(spec: SpeculativeDeploymentSpec, k: int, draft_tp: int | None) -> dict[str, Any]:
+    draft = spec.draft
+    config: dict[str, Any] = {"method": draft.method, "num_speculative_tokens": k}
+    if draft.model and draft.method not in MODEL_FREE_METHODS:
+        config["model"] = draft.model
+    if draft.revision:
+        config["revision"] = draft.revision
+    if draft_tp is not None:
+        config["draft_tensor_parallel_size"] = draft_tp
+    return {**draft.speculative_config, **config}
+
+
+def _read_models(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_in: ModelInputs | None) -> tuple[_Models | None, list[Finding]]:
+    target, findings = read_geometry(target_in.config, "spec.target.config")
+    method = spec.draft.method
+    draft: Geometry | None = None
+    if method == "mtp":
+        draft = target
+    elif spec.draft.has_own_checkpoint:
+        if draft_in is None:
+            findings.append(error("draft-config-missing", "spec.draft.config",
+                                  f"method {method} needs the draft's config.json (draft.config, draft.configMapRef, or a reachable draft.model)"))
+        else:
+            draft, draft_findings = read_geometry(draft_in.config, "spec.draft.config")
+            findings += draft_findings
+    if target is None or has_errors(findings):
+        return None, findings
+    target_bytes, draft_bytes, source = _weights(spec, target, target_in, draft, draft_in)
+    return _Models(target, draft, target_bytes, draft_bytes, source), findings
+
+
+def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_in: ModelInputs | None) -> Evaluation:
+    """Validate the pair, then try layouts in preference order and keep the first that
+    is valid and fits; the plan lists every candidate and why it lost."""
+    models, findings = _read_models(spec, target_in, draft_in)
+    if models is None:
+        return Evaluation(tuple(findings), None)
+    target, draft = models.target, models.draft
+    findings += check_pair(spec, target, draft)
+    k, k_findings = resolve_num_speculative_tokens(spec, draft)
+    findings += k_findings
+    gpu_gib, gpu_findings = _gpu_memory_gib(spec)
+    findings += gpu_findings
+    if k is None or has_errors(findings):
+        return Evaluation(tuple(findings), None)
+
+    max_model_len = spec.serving.max_model_len or target.max_position_embeddings or 0
+    per_node = spec.resources.gpu.per_node
+    candidates: list[Candidate] = []
+    chosen: tuple[int, int | None, int, MemoryEstimate | None, list[Finding], tuple[int, int]] | None = None
+    last_errors: list[Finding] = []
+    for tp, pp in _candidate_layouts(spec, target):
+        draft_tp, draft_tp_findings = _draft_tp(spec, draft if spec.draft.method != "mtp" else None, tp)
+        if spec.draft.method == "mtp":
+            draft_tp = tp if spec.draft.tensor_parallel_size == "auto" else spec.draft.tensor_parallel_size
+        layout_findings = check_layout(spec, target, draft, tp, draft_tp, pp)
+        split = _nodes(tp * pp, per_node)
+        if split is None:
+            layout_findings.append(error("layout-node-split", "spec.resources.gpu.perNode",
+                                         f"{tp * pp} GPUs cannot be split evenly over nodes of {per_node} GPUs"))
+        if has_errors(layout_findings):
+            candidates.append(Candidate(tp, pp, False, "; ".join(f.message for f in layout_findings if f.severity.value == "error")))
+            last_errors = layout_findings
+            continue
+        memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len) if gpu_gib else None
+        if memory is not None and not memory.fits:
+            candidates.append(Candidate(tp, pp, False, f"needs {memory.required_gib:.1f} GiB per GPU, budget {memory.budget_gib:.1f} GiB"))
+            last_errors = [error("memory-does-not-fit", "spec.resources.gpu",
+                                 f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences")]
+            continue
+        candidates.append(Candidate(tp, pp, True, "smallest valid layout that fits" if memory else "smallest valid layout (memory not checked)"))
+        chosen = (tp, draft_tp, pp, memory, layout_findings + draft_tp_findings, split)  # type: ignore[assignment]
+        break
+
+    if chosen is None:
+        if len(candidates) > 1:
+            findings.append(error("no-layout", "spec.parallelism",
+                                  f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6])))
+        findings += last_errors
+        return Evaluation(tuple(findings), None)
+
+    tp, draft_tp, pp, memory, layout_findings, (nodes, gpus_per_pod) = chosen
+    findings += layout_findings
+    decisions = [f"tensor parallel {tp}: {target.num_attention_heads} target heads -> {target.num_attention_heads // tp} per GPU"]
+    if draft is not None and draft_tp is not None:
+        decisions.append(f"draft tensor parallel {draft_tp}: {draft.num_attention_heads} draft heads -> {draft.num_attention_heads // draft_tp} per GPU")
+    if nodes > 1:
+        decisions.append(f"{tp * pp} GPUs exceed {per_node} per node: {nodes} nodes of {gpus_per_pod} GPUs per replica (LeaderWorkerSet)")
+    plan = Plan(
+        method=spec.draft.method,
+        num_speculative_tokens=k,
+        tensor_parallel_size=tp,
+        draft_tensor_parallel_size=draft_tp,
+        pipeline_parallel_size=pp,
+        nodes_per_replica=nodes,
+        gpus_per_pod=gpus_per_pod,
+        max_model_len=max_model_len or None,
+        target=_layout(target, tp),
+        draft=_layout(draft, draft_tp or tp) if draft is not None else None,
+        memory=memory,
+        speculative_config=_speculative_config(spec, k, draft_tp),
+        candidates=tuple(candidates),
+        decisions=tuple(decisions),
+    )
+    return Evaluation(tuple(findings), plan)

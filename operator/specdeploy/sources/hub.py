@@ -1,0 +1,53 @@
+"""config.json (and the safetensors index size) from the Hugging Face Hub."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from specdeploy.sources.errors import SourceInvalid, SourceUnavailable
+from specdeploy.sources.local import parse_config_text, weight_bytes_from_index
+
+
+def _download(repo_id: str, filename: str, revision: str | None, token: str | None, field: str) -> str | None:
+    try:
+        return hf_hub_download(repo_id, filename, revision=revision, token=token)
+    except EntryNotFoundError:
+        return None
+    except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
+        raise SourceInvalid(field, f"{repo_id}@{revision or 'main'} not found on the Hub (private repos need hfTokenSecretRef)") from exc
+    except GatedRepoError as exc:
+        raise SourceInvalid(field, f"{repo_id} is gated: accept its license and set hfTokenSecretRef") from exc
+    except LocalEntryNotFoundError as exc:  # offline or unreachable, nothing cached
+        raise SourceUnavailable(field, f"the Hub is unreachable for {repo_id}: {exc}") from exc
+    except HfHubHTTPError as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if status is not None and 400 <= status < 500 and status not in (408, 429):
+            raise SourceInvalid(field, f"the Hub refused {repo_id}/{filename}: HTTP {status}") from exc
+        raise SourceUnavailable(field, f"the Hub failed for {repo_id}/{filename}: {exc}") from exc
+    except OSError as exc:  # connection errors and timeouts surface as OSError subclasses
+        raise SourceUnavailable(field, f"the Hub is unreachable for {repo_id}: {exc}") from exc
+
+
+def read_hub(repo_id: str, revision: str | None, token: str | None, field: str) -> tuple[dict[str, Any], int | None]:
+    config_path = _download(repo_id, "config.json", revision, token, field)
+    if config_path is None:
+        raise SourceInvalid(field, f"{repo_id} has no config.json")
+    with open(config_path) as handle:
+        config = parse_config_text(handle.read(), field, f"{repo_id}/config.json")
+    index_path = _download(repo_id, "model.safetensors.index.json", revision, token, field)
+    weights = None
+    if index_path is not None:
+        with open(index_path) as handle:
+            weights = weight_bytes_from_index(json.load(handle))
+    return config, weights

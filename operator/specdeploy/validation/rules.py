@@ -1,0 +1,197 @@
+"""Draft-vs-target rules, each restating one vLLM 0.32.0 check (file cited per rule).
+
+Two kinds: `check_pair` (independent of the parallel layout) and `check_layout`
+(one TP/draft-TP/PP candidate). Both return every finding, never stop at the first."""
+
+from __future__ import annotations
+
+from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.geometry import Geometry
+from specdeploy.validation import vllm_support
+from specdeploy.validation.findings import Finding, error, info, warning
+from specdeploy.validation.methods import (
+    DSPARK_ARCHITECTURES,
+    NO_PIPELINE_PARALLEL,
+    default_num_speculative_tokens,
+    effective_draft_architectures,
+    mtp_architecture,
+)
+
+TP_FIELD = "spec.parallelism.tensorParallelSize"
+PP_FIELD = "spec.parallelism.pipelineParallelSize"
+DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
+K_FIELD = "spec.draft.numSpeculativeTokens"
+PASSTHROUGH_FIELD = "spec.draft.speculativeConfig"
+
+# SpeculativeConfig keys the plan writes itself; the pass-through may not set them.
+OWNED_SPECULATIVE_KEYS = frozenset({
+    "model", "method", "num_speculative_tokens", "draft_tensor_parallel_size", "revision",
+    "tensor_parallel_size", "target_model_config", "target_parallel_config",
+    "draft_model_config", "draft_parallel_config",
+})
+# Every init field of vLLM 0.32.0's SpeculativeConfig (vllm/config/speculative.py).
+SPECULATIVE_CONFIG_KEYS = frozenset({
+    "attention_backend", "code_revision", "disable_eagle_block_drop", "disable_padded_drafter_batch",
+    "draft_load_config", "draft_sample_method", "dspark_draft_topk", "enable_adaptive_verification",
+    "enforce_eager", "index_share_for_mtp_iteration", "kv_cache_dtype", "max_model_len", "moe_backend",
+    "num_speculative_tokens_per_batch_size", "parallel_drafting", "prompt_lookup_max", "prompt_lookup_min",
+    "quantization", "rejection_sample_method", "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor", "suffix_decoding_max_tree_depth", "suffix_decoding_min_token_prob",
+    "synthetic_acceptance_length", "synthetic_acceptance_rates", "use_heterogeneous_vocab",
+    "use_local_argmax_reduction",
+}) | OWNED_SPECULATIVE_KEYS
+
+
+def divisors_note(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def resolve_num_speculative_tokens(spec: SpeculativeDeploymentSpec, draft: Geometry | None) -> tuple[int | None, list[Finding]]:
+    """k as vLLM will settle it (SpeculativeConfig.__post_init__ / _verify_args)."""
+    method, k = spec.draft.method, spec.draft.num_speculative_tokens
+    if method == "suffix" and k is None:
+        depth = spec.draft.speculative_config.get("suffix_decoding_max_tree_depth", 24)
+        return int(depth), [info("k-default", K_FIELD, f"suffix decoding defaults k to its tree depth ({depth})")]
+    default = default_num_speculative_tokens(method, draft)
+    findings: list[Finding] = []
+    if k is None:
+        if default is None or default <= 0:
+            source = "block_size" if method == "dspark" else "n_predict"
+            return None, [error("k-required", K_FIELD,
+                                f"numSpeculativeTokens is required: the {method} draft config has no {source} to default from; set an integer >= 1")]
+        findings.append(info("k-default", K_FIELD, f"numSpeculativeTokens defaults to {default} from the draft config"))
+        return default, findings
+    n_predict = draft.n_predict if draft is not None and method not in ("dspark", "mtp") else None
+    if method == "mtp" and draft is not None:
+        n_predict = draft.num_nextn_predict_layers
+    if n_predict and k > n_predict and k % n_predict != 0:
+        findings.append(error("k-not-multiple-of-n-predict", K_FIELD,
+                              f"numSpeculativeTokens {k} exceeds the draft's n_predict {n_predict} and must then be a multiple of it (vLLM reuses the {n_predict} prediction heads)"))
+    return k, findings
+
+
+def _check_speculative_passthrough(spec: SpeculativeDeploymentSpec) -> list[Finding]:
+    findings = []
+    for key in sorted(spec.draft.speculative_config):
+        field = f"{PASSTHROUGH_FIELD}.{key}"
+        if key in OWNED_SPECULATIVE_KEYS:
+            findings.append(error("speculative-config-owned-key", field,
+                                  f"{key} is set by the operator from spec.draft (method, model, numSpeculativeTokens, tensorParallelSize, revision); remove it here"))
+        elif key not in SPECULATIVE_CONFIG_KEYS:
+            findings.append(error("speculative-config-unknown-key", field,
+                                  f"{key} is not a vLLM {vllm_support.VLLM_VERSION} SpeculativeConfig field; allowed: {', '.join(sorted(SPECULATIVE_CONFIG_KEYS - OWNED_SPECULATIVE_KEYS))}"))
+    return findings
+
+
+def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
+    findings = []
+    if not vllm_support.any_supported(target.architectures):
+        findings.append(error("target-architecture-unsupported", "spec.target.config.architectures",
+                              f"vLLM {vllm_support.VLLM_VERSION} has no model class for {list(target.architectures) or 'a config without architectures'}"))
+    method = spec.draft.method
+    if method == "mtp":
+        arch = mtp_architecture(target)
+        if arch is None:
+            findings.append(error("mtp-unsupported-target", "spec.draft.method",
+                                  f"vLLM has no MTP module for a {target.model_type} target; use eagle3, draft_model or ngram"))
+        elif not target.num_nextn_predict_layers:
+            findings.append(error("mtp-no-layers", "spec.draft.method",
+                                  f"the target config has num_nextn_predict_layers={target.num_nextn_predict_layers}: the checkpoint ships no MTP layers"))
+        return findings
+    if draft is None:
+        return findings
+    archs = effective_draft_architectures(method, draft)
+    if method == "dspark" and not set(archs) & DSPARK_ARCHITECTURES:
+        findings.append(error("dspark-architecture-unknown", "spec.draft.config.architectures",
+                              f"draft architectures {list(draft.architectures)} are not a DSpark draft vLLM knows ({', '.join(sorted(DSPARK_ARCHITECTURES))}, or DSparkDraftModel with model_type qwen3); vLLM would reinterpret it as DeepSeek-V4's in-checkpoint DSpark head"))
+    elif not vllm_support.any_supported(archs):
+        findings.append(error("draft-architecture-unsupported", "spec.draft.config.architectures",
+                              f"vLLM {vllm_support.VLLM_VERSION} cannot load draft architecture {archs} for method {method}"))
+    if method == "mlp_speculator" and draft.model_type != "mlp_speculator":
+        findings.append(error("draft-not-mlp-speculator", "spec.draft.config.model_type",
+                              f"method mlp_speculator needs a draft with model_type mlp_speculator, got {draft.model_type!r}"))
+    return findings
+
+
+def _check_vocab(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
+    # vllm/config/speculative.py verify_equal_vocab_size_if_draft_model
+    if spec.draft.method != "draft_model" or draft is None:
+        return []
+    if spec.draft.speculative_config.get("use_heterogeneous_vocab"):
+        return [info("heterogeneous-vocab", "spec.draft.speculativeConfig.use_heterogeneous_vocab",
+                     "different vocabularies allowed by use_heterogeneous_vocab (greedy draft sampling only)")]
+    if target.vocab_size != draft.vocab_size:
+        return [error("vocab-mismatch", "spec.draft.config.vocab_size",
+                      f"draft_model needs the target's vocabulary: target vocab_size {target.vocab_size}, draft {draft.vocab_size}")]
+    return []
+
+
+def _check_max_model_len(spec: SpeculativeDeploymentSpec, target: Geometry) -> list[Finding]:
+    # vllm/config/model.py _get_and_verify_max_len: a longer max_model_len than the
+    # config derives is an error unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set.
+    wanted, limit = spec.serving.max_model_len, target.max_position_embeddings
+    if wanted is not None and limit is not None and wanted > limit:
+        return [error("max-model-len-too-long", "spec.serving.maxModelLen",
+                      f"maxModelLen {wanted} exceeds the target's max_position_embeddings {limit}; use at most {limit}")]
+    return []
+
+
+def check_pair(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
+    """Rules that hold for every parallel layout."""
+    findings = _check_speculative_passthrough(spec)
+    findings += _check_architectures(spec, target, draft)
+    findings += _check_vocab(spec, target, draft)
+    findings += _check_max_model_len(spec, target)
+    if spec.draft.method == "suffix":
+        findings.append(warning("suffix-needs-arctic-inference", "spec.draft.method",
+                                "suffix decoding needs the arctic-inference package in the vLLM image"))
+    return findings
+
+
+def _kv_rule(heads: int, kv_heads: int, tp: int, who: str, field: str) -> list[Finding]:
+    # QKVParallelLinear (vllm/model_executor/layers/linear.py): KV heads are split when
+    # tp < kv, replicated when tp >= kv; either way one must divide the other.
+    if tp >= kv_heads and tp % kv_heads != 0:
+        return [error(f"{who}-kv-heads-tp", field,
+                      f"{who} has {kv_heads} KV heads; with tensor parallel size {tp} >= {kv_heads} it must be a multiple of {kv_heads}")]
+    if tp < kv_heads and kv_heads % tp != 0:
+        return [error(f"{who}-kv-heads-tp", field,
+                      f"{who} has {kv_heads} KV heads; tensor parallel size {tp} must divide them (allowed: {divisors_note(kv_heads)})")]
+    return []
+
+
+def check_model_tp(model: Geometry, tp: int, who: str, field: str) -> list[Finding]:
+    """ModelConfig.verify_with_parallel_config (vllm/config/model.py) + the KV split.
+    MLA has one latent KV head per GPU and no hidden_size % heads rule."""
+    findings = []
+    if model.num_attention_heads % tp != 0:
+        findings.append(error(f"{who}-heads-tp", field,
+                              f"{who} has {model.num_attention_heads} attention heads, not divisible by tensor parallel size {tp} (allowed: {divisors_note(model.num_attention_heads)})"))
+    if not model.uses_mla:
+        findings += _kv_rule(model.num_attention_heads, model.num_kv_heads, tp, who, field)
+    return findings
+
+
+def check_layout(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None,
+                 tp: int, draft_tp: int | None, pp: int) -> list[Finding]:
+    """Rules for one TP / draft-TP / PP choice."""
+    method = spec.draft.method
+    findings = check_model_tp(target, tp, "target", TP_FIELD)
+    if draft is not None and draft_tp is not None:
+        # SpeculativeConfig._verify_and_get_draft_tp: 1 or exactly the target's TP.
+        if draft_tp not in (1, tp):
+            findings.append(error("draft-tp-choice", DRAFT_TP_FIELD,
+                                  f"draft tensor parallel size must be 1 or the target's ({tp}), got {draft_tp}"))
+        else:
+            findings += check_model_tp(draft, draft_tp, "draft", DRAFT_TP_FIELD)
+    if pp > 1:
+        if method in NO_PIPELINE_PARALLEL:
+            findings.append(error("pipeline-parallel-method", PP_FIELD,
+                                  f"method {method} does not support pipeline parallelism (vLLM runs the draft at PP 1 and {method} shares target weights); use pipelineParallelSize 1 and more tensor parallelism"))
+        if not any(vllm_support.supports_pipeline_parallel(a) for a in target.architectures):
+            findings.append(error("pipeline-parallel-architecture", PP_FIELD,
+                                  f"target architecture {list(target.architectures)} does not implement pipeline parallelism in vLLM"))
+        if pp > target.num_layers:
+            findings.append(error("pipeline-parallel-layers", PP_FIELD,
+                                  f"pipeline parallel size {pp} exceeds the target's {target.num_layers} layers"))
+    return findings
