@@ -47,5 +47,7 @@ def evaluate(
     """Validate the pair and plan its layout. `draft` is None for ngram/suffix (and mtp,
     which reads the target's own MTP layers)."""
     from specdeploy.planning.planner import plan_deployment
+    from specdeploy.render.owned_flags import extra_args_findings
 
-    return plan_deployment(spec, target, draft)
+    evaluation = plan_deployment(spec, target, draft)
+    return Evaluation(evaluation.findings + tuple(extra_args_findings(spec)), evaluation.plan)

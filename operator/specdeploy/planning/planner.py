@@ -191,8 +191,7 @@ def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, dra
     findings += k_findings
     gpu_gib, gpu_findings = _gpu_memory_gib(spec)
     findings += gpu_findings
-    if k is None or has_errors(findings):
-        return Evaluation(tuple(findings), None)
+    pair_failed = k is None or has_errors(findings)
 
     max_model_len = spec.serving.max_model_len or target.max_position_embeddings or 0
     per_node = spec.resources.gpu.per_node
@@ -212,18 +211,21 @@ def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, dra
             candidates.append(Candidate(tp, pp, False, "; ".join(f.message for f in layout_findings if f.severity.value == "error")))
             last_errors = layout_findings
             continue
-        memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len) if gpu_gib else None
+        memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len) if gpu_gib and not pair_failed else None
         if memory is not None and not memory.fits:
             candidates.append(Candidate(tp, pp, False, f"needs {memory.required_gib:.1f} GiB per GPU, budget {memory.budget_gib:.1f} GiB"))
             last_errors = [error("memory-does-not-fit", "spec.resources.gpu",
                                  f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences")]
             continue
+        if pair_failed:  # report layout findings too, but never plan an invalid pair
+            last_errors = layout_findings
+            break
         candidates.append(Candidate(tp, pp, True, "smallest valid layout that fits" if memory else "smallest valid layout (memory not checked)"))
         chosen = (tp, draft_tp, pp, memory, layout_findings + draft_tp_findings, split)  # type: ignore[assignment]
         break
 
-    if chosen is None:
-        if len(candidates) > 1:
+    if chosen is None or pair_failed or k is None:
+        if chosen is None and len(candidates) > 1:
             findings.append(error("no-layout", "spec.parallelism",
                                   f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6])))
         findings += last_errors

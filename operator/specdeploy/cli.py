@@ -1,0 +1,178 @@
+"""`specdeploy`: validate a pair, plan a SpeculativeDeployment, print the CRD, run the operator.
+
+Exit status (scripts rely on it): 0 valid, 1 invalid (findings say why), 2 usage or I/O error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+# transformers announces at import that torch is absent; config classes need no torch.
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def _int_or_auto(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
+    return number
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdeploy", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    validate = sub.add_parser("validate", help="check a target/draft pair and plan its layout")
+    validate.add_argument("--target", required=True, help="config.json, a directory holding one, or a Hub repo id")
+    validate.add_argument("--draft", help="the draft's config.json, directory or Hub repo id (not for ngram/suffix/mtp)")
+    validate.add_argument("--method", required=True, help="speculative method (dspark, eagle, eagle3, mtp, draft_model, dflash, ngram, medusa, mlp_speculator, suffix)")
+    validate.add_argument("--tp", type=_int_or_auto, default="auto", help="target tensor parallel size (default auto)")
+    validate.add_argument("--draft-tp", type=_int_or_auto, default="auto", help="draft tensor parallel size: 1, equal to --tp, or auto")
+    validate.add_argument("--pp", type=_int_or_auto, default=1, help="pipeline parallel size (default 1)")
+    validate.add_argument("--num-speculative-tokens", type=int, help="k, tokens proposed per step")
+    validate.add_argument("--gpu", help="GPU product for the memory fit, e.g. H100-80GB")
+    validate.add_argument("--max-model-len", type=int, help="context length the KV cache must hold")
+    validate.add_argument("--revision", help="Hub revision of the target")
+    validate.add_argument("-o", "--output", choices=("json", "text"), default="text")
+
+    plan = sub.add_parser("plan", help="validate + plan a SpeculativeDeployment file and print the manifests")
+    plan.add_argument("-f", "--filename", required=True, help="SpeculativeDeployment YAML ('-' for stdin)")
+    plan.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    plan.add_argument("-n", "--namespace", default=None, help="namespace for the manifests (default: the object's, else 'default')")
+
+    sub.add_parser("crd", help="print the CustomResourceDefinition YAML")
+
+    run = sub.add_parser("run", help="run the operator (kopf)")
+    run.add_argument("-n", "--namespace", action="append", default=[], help="namespace to watch (repeatable)")
+    run.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
+    run.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    return parser
+
+
+def _hf_token() -> str | None:
+    return os.environ.get("HF_TOKEN") or None
+
+
+def _print_text(evaluation: Any) -> None:
+    print("VALID" if evaluation.ok else "INVALID")
+    for finding in evaluation.findings:
+        print(f"  [{finding.severity.value}] {finding.code} {finding.field}: {finding.message}")
+    plan = evaluation.plan
+    if plan is not None:
+        draft = f", draft TP {plan.draft_tensor_parallel_size}" if plan.draft_tensor_parallel_size else ""
+        print(f"plan: {plan.method} k={plan.num_speculative_tokens}, TP {plan.tensor_parallel_size}{draft}, PP {plan.pipeline_parallel_size}, {plan.nodes_per_replica} node(s) x {plan.gpus_per_pod} GPU(s)")
+        for model, layout in (("target", plan.target), ("draft", plan.draft)):
+            if layout is not None:
+                print(f"  {model}: {layout.attention_heads_per_gpu} heads/GPU, {layout.kv_heads_per_gpu} KV heads/GPU, head size {layout.head_size}, MLA {layout.uses_mla}, experts {layout.num_experts}")
+        if plan.memory is not None:
+            m = plan.memory
+            print(f"  memory/GPU: weights {m.target_weights_gib + m.draft_weights_gib:.1f} GiB + KV {m.kv_cache_gib:.1f} GiB + reserve {m.activation_reserve_gib:.1f} GiB = {m.required_gib:.1f} of {m.budget_gib:.1f} GiB")
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from specdeploy.api.parse import parse_spec
+    from specdeploy.pipeline import Evaluation, evaluate
+    from specdeploy.sources import load_model_ref
+
+    draft_spec: dict[str, Any] = {"method": args.method, "tensorParallelSize": args.draft_tp}
+    if args.draft:
+        draft_spec["model"] = args.draft
+    if args.num_speculative_tokens is not None:
+        draft_spec["numSpeculativeTokens"] = args.num_speculative_tokens
+    document: dict[str, Any] = {
+        "target": {"model": args.target, **({"revision": args.revision} if args.revision else {})},
+        "draft": draft_spec,
+        "parallelism": {"tensorParallelSize": args.tp, "pipelineParallelSize": args.pp},
+    }
+    if args.gpu:
+        document["resources"] = {"gpu": {"product": args.gpu}}
+    if args.max_model_len:
+        document["serving"] = {"maxModelLen": args.max_model_len}
+    spec, findings = parse_spec(document)
+    if spec is None:
+        evaluation = Evaluation(tuple(findings), None)
+    else:
+        target = load_model_ref(args.target, revision=args.revision, token=_hf_token(), field="spec.target.model")
+        draft = load_model_ref(args.draft, token=_hf_token(), field="spec.draft.model") if spec.draft.has_own_checkpoint else None
+        evaluation = evaluate(spec, target, draft)
+    if args.output == "json":
+        print(json.dumps(evaluation.to_dict(), indent=2))
+    else:
+        _print_text(evaluation)
+    return EXIT_VALID if evaluation.ok else EXIT_INVALID
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from specdeploy.api.parse import parse_spec, spec_of_document
+    from specdeploy.pipeline import Evaluation, evaluate
+    from specdeploy.render import render_manifests
+    from specdeploy.sources import resolve_model
+
+    text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
+    document = yaml.safe_load(text)
+    if not isinstance(document, dict):
+        raise ValueError(f"{args.filename} must hold one YAML mapping (a SpeculativeDeployment)")
+    metadata = document.get("metadata") or {}
+    name = metadata.get("name", "specdeploy")
+    namespace = args.namespace or metadata.get("namespace") or "default"
+    spec, findings = parse_spec(spec_of_document(document))
+    manifests: list[dict[str, Any]] = []
+    if spec is None:
+        evaluation = Evaluation(tuple(findings), None)
+    else:
+        target = resolve_model(spec.target, "spec.target", hf_token=_hf_token())
+        draft = resolve_model(spec.draft, "spec.draft", hf_token=_hf_token()) if spec.draft.has_own_checkpoint else None
+        evaluation = evaluate(spec, target, draft)
+        if evaluation.ok and evaluation.plan is not None:
+            manifests = render_manifests(spec, evaluation.plan, name=name, namespace=namespace)
+    if args.output == "json":
+        print(json.dumps({**evaluation.to_dict(), "manifests": manifests}, indent=2))
+    else:
+        summary = yaml.safe_dump({"ok": evaluation.ok, "findings": [f.to_dict() for f in evaluation.findings],
+                                  "plan": evaluation.plan.to_dict() if evaluation.plan else None}, sort_keys=False)
+        print("\n".join(f"# {line}" for line in summary.splitlines()))
+        if manifests:
+            print(yaml.safe_dump_all(manifests, sort_keys=False), end="")
+    return EXIT_VALID if evaluation.ok else EXIT_INVALID
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from specdeploy.sources import SourceInvalid, SourceUnavailable
+
+    try:
+        if args.command == "validate":
+            return _validate(args)
+        if args.command == "plan":
+            return _plan(args)
+        if args.command == "crd":
+            from specdeploy.api.crd import crd_yaml
+
+            print(crd_yaml(), end="")
+            return EXIT_VALID
+        from specdeploy.controller.main import run
+
+        run(namespaces=args.namespace, all_namespaces=args.all_namespaces, liveness=args.liveness)
+        return EXIT_VALID
+    except (SourceInvalid, SourceUnavailable) as exc:
+        print(f"specdeploy: {exc.field}: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"specdeploy: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
