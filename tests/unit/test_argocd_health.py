@@ -158,3 +158,70 @@ def test_docs_give_the_argocd_cm_key_and_the_shipped_script():
     assert "resource.customizations.health.specdeploy.io_SpeculativeDeployment" in doc
     body = [line for line in SCRIPT.read_text().splitlines() if line.strip() and not line.startswith("--")]
     assert all(line in doc for line in body), "docs/install.md embeds a stale copy of argocd-health.lua"
+
+
+def test_scaled_to_zero_is_suspended():
+    conditions = [cond("Validated", "True"), cond("Planned", "True"),
+                  cond("Progressing", "False", "RolloutComplete"), cond("Available", "False", "ScaledToZero"),
+                  cond("Ready", "False", "ScaledToZero", "replicas is 0")]
+    out = run_health(sdep(3, {"observedGeneration": 3, "conditions": conditions}))
+    assert out == {"status": "Suspended", "message": "replicas is 0"}
+
+
+# --- statuses built by the controller's own condition code ---------------------------------
+
+
+def _controller_status(verdicts: dict, workload, generation: int = 5) -> dict:
+    conditions_mod = pytest.importorskip(
+        "specdeploy.controller.conditions", reason="controller/conditions.py does not exist yet")
+    verdicts = dict(verdicts)
+    if workload is not None or "Progressing" not in verdicts:
+        verdicts.update(conditions_mod.workload_verdicts(workload, applied=True))
+    verdicts["Ready"] = conditions_mod.ready_verdict(verdicts, workload)
+    conditions = conditions_mod.merge_conditions([], verdicts, now="2026-01-01T00:00:00Z", generation=generation)
+    return {"observedGeneration": generation, "conditions": conditions}
+
+
+def _workload(desired: int, ready: int, updated: int):
+    conditions_mod = pytest.importorskip(
+        "specdeploy.controller.conditions", reason="controller/conditions.py does not exist yet")
+    return conditions_mod.WorkloadState(kind="Deployment", name="k3", desired=desired, replicas=desired,
+                                        ready=ready, updated=updated, current=True)
+
+
+def _ok():
+    conditions_mod = pytest.importorskip(
+        "specdeploy.controller.conditions", reason="controller/conditions.py does not exist yet")
+    return conditions_mod.Verdict
+
+
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        ("serving", "Healthy"),
+        ("rolling_out", "Progressing"),
+        ("creating", "Progressing"),
+        ("scaled_to_zero", "Suspended"),
+        ("invalid_while_serving", "Degraded"),
+        ("does_not_fit", "Degraded"),
+    ],
+)
+def test_statuses_the_controller_writes(scenario, expected):
+    verdict = _ok()
+    valid = {"Validated": verdict("True", "Valid"), "Planned": verdict("True", "Planned")}
+    if scenario == "serving":
+        status = _controller_status(valid, _workload(2, 2, 2))
+    elif scenario == "rolling_out":
+        status = _controller_status(valid, _workload(2, 1, 1))
+    elif scenario == "creating":
+        status = _controller_status(valid, None)
+    elif scenario == "scaled_to_zero":
+        status = _controller_status(valid, _workload(0, 0, 0))
+    elif scenario == "invalid_while_serving":
+        status = _controller_status(
+            {"Validated": verdict("False", "InvalidSpec", "draft heads 96 do not divide tp 64"),
+             "Planned": verdict("Unknown", "NotValidated")}, _workload(1, 1, 1))
+    else:
+        status = _controller_status(
+            {"Validated": verdict("True", "Valid"), "Planned": verdict("False", "DoesNotFit", "needs 700 GiB")}, None)
+    assert run_health(sdep(5, status))["status"] == expected, status

@@ -75,6 +75,13 @@ if ready.status == "True" then
   return hs
 end
 
+-- spec.replicas: 0 on purpose (the scale subresource, HPA/KEDA): nothing is wrong.
+if ready.reason == "ScaledToZero" then
+  hs.status = "Suspended"
+  hs.message = describe(ready, "Scaled to zero")
+  return hs
+end
+
 local progressing = condition(conditions, "Progressing")
 if ready.status == "Unknown" or (progressing ~= nil and progressing.status == "True") then
   hs.status = "Progressing"

