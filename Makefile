@@ -43,6 +43,8 @@ test-vllm: vllm-venv
 
 crd: venv
 	$(PY) -m specdeploy.cli crd > crds/specdeploy.io_speculativedeployments.yaml
+	$(PY) scripts/sync_chart.py        # chart's crds/ copy + RBAC rules from controller/permissions.py
+	$(PY) scripts/gen_cr_reference.py  # docs/cr-reference.md
 
 bench: venv
 	$(PY) bench/bench_validate.py

@@ -237,6 +237,17 @@ def test_secrets_are_opt_in_and_narrowed_by_resource_names(helm):
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
 
 
+def test_secret_reading_is_switched_on_in_the_operator_exactly_when_rbac_allows_it(helm):
+    from specdeploy.controller.main import READ_SECRETS_ENV
+
+    for values in VALUES_SETS:
+        env = {e["name"]: e.get("value") for e in _container(render(helm, values))["env"]}
+        if values_of(values)["rbac"]["secrets"]["enabled"]:
+            assert env.get(READ_SECRETS_ENV) == "true"
+        else:
+            assert READ_SECRETS_ENV not in env
+
+
 def test_rbac_can_be_left_to_the_cluster_admin(helm):
     objects = render(helm, None, "--set", "rbac.create=false", "--set", "serviceAccount.create=false",
                      "--set", "serviceAccount.name=existing-sa")
