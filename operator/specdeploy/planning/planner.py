@@ -119,7 +119,9 @@ def _nodes(world: int, per_node: int) -> tuple[int, int] | None:
 
 
 def _candidate_layouts(spec: SpeculativeDeploymentSpec, target: Geometry) -> list[tuple[int, int]]:
-    """(tp, pp) pairs in preference order: fewest GPUs, then TP inside one node, then less PP."""
+    """(tp, pp) pairs in preference order: fewest nodes; inside one node, TP before PP
+    (pipeline stages add latency); across nodes, PP between nodes before TP over the
+    network; then fewest GPUs."""
     per_node = spec.resources.gpu.per_node
     max_world = per_node * MAX_NODES_PER_REPLICA
     want_tp, want_pp = spec.parallelism.tensor_parallel_size, spec.parallelism.pipeline_parallel_size
@@ -131,7 +133,12 @@ def _candidate_layouts(spec: SpeculativeDeploymentSpec, target: Geometry) -> lis
     else:
         pps = list(range(1, MAX_PIPELINE_PARALLEL + 1))
     layouts = [(tp, pp) for tp in tps for pp in pps if tp * pp <= max_world or (want_tp != "auto" and want_pp != "auto")]
-    return sorted(layouts, key=lambda l: (l[0] * l[1], l[0] > per_node, l[1]))
+    def preference(layout: tuple[int, int]) -> tuple[int, bool, int, int]:
+        tp, pp = layout
+        nodes = math.ceil(tp * pp / per_node)
+        return nodes, (pp > 1) if nodes == 1 else (tp > per_node), tp * pp, pp
+
+    return sorted(layouts, key=preference)
 
 
 def _draft_tp(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int) -> tuple[int | None, list[Finding]]:

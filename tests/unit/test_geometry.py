@@ -1,0 +1,81 @@
+"""config.json -> Geometry over every real config, and the MLA rules of the seed (vLLM PR #54005)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import AutoConfig, DeepseekV2Config
+
+from specdeploy.geometry import read_geometry
+from specdeploy.geometry.mla_configs import K3DSparkConfig
+from tests.conftest import MODEL_CONFIGS, SYNTHETIC, load_config
+
+ALL_REAL = sorted(p.stem for p in MODEL_CONFIGS.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", ALL_REAL)
+def test_every_real_config_reads_into_a_consistent_geometry(name: str) -> None:
+    raw = load_config(name)
+    geometry, findings = read_geometry(raw, "spec.target.config")
+    assert findings == [] and geometry is not None
+    text = raw.get("text_config", raw)
+    assert geometry.num_attention_heads == text["num_attention_heads"]
+    assert geometry.vocab_size == text["vocab_size"]
+    if geometry.uses_mla:
+        assert geometry.head_size == text["kv_lora_rank"] + text["qk_rope_head_dim"]
+    else:
+        assert geometry.num_kv_heads == text.get("num_key_value_heads", text["num_attention_heads"])
+        assert geometry.head_size == (text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"])
+
+
+def test_kimi_k3_reads_its_nested_text_config_as_mla_with_latent_moe() -> None:
+    geometry, _ = read_geometry(load_config("moonshotai__Kimi-K3"), "t")
+    assert (geometry.num_attention_heads, geometry.head_size, geometry.uses_mla) == (96, 576, True)
+    assert geometry.num_kv_cache_layers == 24 and geometry.num_state_layers == 69
+    assert geometry.num_experts == 896 and geometry.expert_hidden_size == 3584
+
+
+def test_gpt_oss_head_dim_is_taken_from_the_config_not_hidden_over_heads() -> None:
+    geometry, _ = read_geometry(load_config("openai__gpt-oss-120b"), "t")
+    assert geometry.head_size == 64 and geometry.hidden_size // geometry.num_attention_heads == 45
+
+
+def test_a_qwen3_config_with_mla_fields_is_not_mla_because_vllm_decides_by_model_type() -> None:
+    geometry, _ = read_geometry(load_config("specforge__kimi-k3-dspark-5mla"), "t")
+    assert geometry.uses_mla is False and geometry.num_kv_heads == 1 and geometry.head_size == 192
+
+
+@pytest.mark.parametrize("layout, heads", [("k3-dspark-released", 64), ("k3-dspark-block5", 96)])
+def test_k3_dspark_drafts_parse_as_dense_mla_whatever_hidden_over_heads(layout: str, heads: int) -> None:
+    raw = load_config(layout)
+    config = AutoConfig.for_model(**raw)
+    assert isinstance(config, K3DSparkConfig)
+    assert (config.qk_head_dim, config.head_dim, config.n_routed_experts) == (192, 64, 0)
+    assert config.rope_parameters["rope_type"] == "default"
+    geometry, findings = read_geometry(raw, "spec.draft.config")
+    assert findings == []
+    assert (geometry.num_attention_heads, geometry.head_size, geometry.num_experts, geometry.uses_mla) == (heads, 576, 0, True)
+
+
+def test_the_mha_rule_that_caused_the_seed_bug_still_exists_in_deepseek_v2() -> None:
+    """Guards the premise: V2's validator rejects 7168/96, so K3DSparkConfig must not use it."""
+    with pytest.raises(Exception, match="not a multiple of the number of attention heads"):
+        DeepseekV2Config(hidden_size=7168, num_attention_heads=96)
+
+
+@pytest.mark.parametrize("bad", sorted(p.stem for p in SYNTHETIC.glob("k3-dspark-bad-*.json")))
+def test_each_mla_dspark_rejection_is_a_finding_naming_mla_dspark(bad: str) -> None:
+    geometry, findings = read_geometry(load_config(bad), "spec.draft.config")
+    assert geometry is None
+    assert [f.code for f in findings] == ["config-rejected"]
+    assert "MLA DSpark" in findings[0].message and findings[0].field == "spec.draft.config"
+
+
+def test_missing_head_count_is_a_clear_finding() -> None:
+    raw = json.loads(json.dumps(load_config("Qwen__Qwen3-8B")))
+    del raw["num_attention_heads"]
+    raw["model_type"] = "unknown_family"
+    geometry, findings = read_geometry(raw, "spec.draft.config")
+    assert geometry is None
+    assert findings[0].field == "spec.draft.config.num_attention_heads" and "positive integer" in findings[0].message

@@ -1,0 +1,78 @@
+"""Memory plans a person can check by hand (the README walks through the same numbers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
+from specdeploy.planning.memory import GIB, estimate_parameters, kv_bytes_per_token
+from specdeploy.geometry import read_geometry
+from tests.conftest import load_config
+from tests.unit.test_validation import judge
+
+
+def geometry(name: str):
+    return read_geometry(load_config(name), "t")[0]
+
+
+def test_llama_70b_parameter_estimate_matches_its_published_size() -> None:
+    plain, routed = estimate_parameters(geometry("meta-llama__Llama-3.1-70B-Instruct"))
+    assert routed == 0 and 70.0e9 < plain < 71.0e9
+
+
+def test_kv_bytes_per_token_match_vllm_kv_cache_interface_numbers() -> None:
+    llama = geometry("meta-llama__Llama-3.1-70B-Instruct")
+    assert kv_bytes_per_token(llama, 1, 1, "auto") == 80 * 8 * 256 * 2  # 327,680
+    assert kv_bytes_per_token(llama, 8, 1, "auto") == 40_960  # one KV head per rank
+    k3 = geometry("moonshotai__Kimi-K3")
+    assert kv_bytes_per_token(k3, 8, 1, "auto") == 24 * 1152 == kv_bytes_per_token(k3, 1, 1, "auto")  # MLA latent replicated
+    assert kv_bytes_per_token(k3, 8, 1, "fp8") == 24 * 576
+    draft = geometry("k3-dspark-block5")
+    assert kv_bytes_per_token(draft, 8, 1, "auto") == 5 * 1152
+
+
+def test_llama_70b_bf16_on_h100_needs_four_gpus_and_says_why_two_do_not_fit() -> None:
+    evaluation = judge("meta-llama__Llama-3.1-70B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", k=3,
+                       tp="auto", pp="auto", resources={"gpu": {"product": "H100-80GB"}}, serving={"maxModelLen": 32768})
+    plan = evaluation.plan
+    assert evaluation.ok and (plan.tensor_parallel_size, plan.pipeline_parallel_size, plan.nodes_per_replica) == (4, 1, 1)
+    rejected = {(c.tensor_parallel_size, c.pipeline_parallel_size): c.reason for c in plan.candidates if not c.accepted}
+    assert "GiB per GPU" in rejected[(2, 1)] and "GiB per GPU" in rejected[(1, 1)]
+    memory = plan.memory
+    weights_per_gpu = 70.55e9 * 2 / 4 / GIB
+    assert abs(memory.target_weights_gib - weights_per_gpu) < 0.5
+    assert memory.fits and memory.required_gib <= 0.9 * lookup_gpu("H100-80GB").memory_gib
+
+
+def test_kimi_k3_on_8_h200_cannot_fit_one_node_and_plans_several_without_pipeline_parallel() -> None:
+    evaluation = judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", k=5, tp="auto", pp="auto",
+                       resources={"gpu": {"product": "H200"}}, serving={"maxModelLen": 262144})
+    plan = evaluation.plan
+    assert evaluation.ok and plan.nodes_per_replica >= 2 and plan.pipeline_parallel_size == 1
+    tp8 = next(c for c in plan.candidates if c.tensor_parallel_size == 8)
+    assert not tp8.accepted and "GiB per GPU" in tp8.reason
+    total_weights_tb = plan.memory.target_weights_gib * plan.tensor_parallel_size * GIB / 1e12
+    assert 1.4 < total_weights_tb < 1.6  # ~2.8T params, MXFP4 experts
+
+
+def test_explicit_layout_that_does_not_fit_is_an_error_naming_the_numbers() -> None:
+    evaluation = judge("meta-llama__Llama-3.1-70B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", k=3, tp=1,
+                       resources={"gpu": {"product": "A100-40GB"}})
+    finding = next(f for f in evaluation.findings if f.code == "memory-does-not-fit")
+    assert finding.field == "spec.resources.gpu" and "GiB" in finding.message
+
+
+def test_min_concurrent_sequences_grows_the_kv_cache_linearly() -> None:
+    one = judge("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", k=3, tp=1,
+                resources={"gpu": {"product": "H100-80GB"}}, serving={"maxModelLen": 8192}).plan.memory
+    four = judge("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", k=3, tp=1,
+                 resources={"gpu": {"product": "H100-80GB"}}, serving={"maxModelLen": 8192, "minConcurrentSequences": 4}).plan.memory
+    assert four.kv_cache_gib == pytest.approx(4 * one.kv_cache_gib)
+
+
+def test_gpu_catalog_aliases_and_clear_errors() -> None:
+    assert lookup_gpu("h200").key == "H200-141GB" and lookup_gpu("B200").key == "B200-180GB"
+    with pytest.raises(UnknownGpuError, match="ambiguous: name one of A100-40GB, A100-80GB"):
+        lookup_gpu("A100")
+    with pytest.raises(UnknownGpuError, match="unknown GPU 'T4'.*or set memoryGiB"):
+        lookup_gpu("T4")

@@ -1,0 +1,153 @@
+"""Draft-vs-target verdicts over the real configs; exact expectations only for the known traps.
+
+The full grid is judged against vLLM itself in tests/parity; here the checks are the
+invariants every verdict must satisfy and the cases the issue names."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
+from tests.conftest import load_config
+
+TPS = (1, 2, 3, 4, 6, 8, 16)
+
+# (target, draft, method, k): real pairs from tests/fixtures/model-configs.
+REAL_PAIRS = [
+    ("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model", 4),
+    ("meta-llama__Llama-3.1-70B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model", 4),
+    ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", 3),
+    ("meta-llama__Llama-3.1-8B-Instruct", "SafeAILab__EAGLE-LLaMA3-Instruct-8B", "eagle", 3),
+    ("Qwen__Qwen3-32B", "specforge__qwen3-32b-eagle3", "eagle3", 3),
+    ("Qwen__Qwen3-32B", "Qwen__Qwen3-0.6B", "draft_model", 4),
+    ("Qwen__Qwen3-8B", "specforge__qwen3-8b-dflash", "dflash", 4),
+    ("Qwen__Qwen3-235B-A22B", "Qwen__Qwen3-0.6B", "draft_model", 4),
+    ("Qwen__Qwen2.5-7B-Instruct", "Qwen__Qwen2.5-0.5B", "draft_model", 4),
+    ("openai__gpt-oss-120b", "specforge__gpt-oss-120B-eagle3", "eagle3", 3),
+    ("moonshotai__Kimi-K3", "k3-dspark-released", "dspark", 7),
+    ("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", 5),
+    ("moonshotai__Kimi-K3", "specforge__kimi-k3-dspark", "dspark", 7),
+    ("deepseek-ai__DeepSeek-V3", None, "mtp", 1),
+    ("zai-org__GLM-5", None, "mtp", 1),
+    ("mistralai__Mixtral-8x22B-Instruct-v0.1", None, "ngram", 4),
+]
+
+
+def judge(target: str, draft: str | None, method: str, *, tp: Any = "auto", draft_tp: Any = "auto",
+          k: int | None = None, pp: Any = 1, **extra: Any) -> Evaluation:
+    draft_spec: dict[str, Any] = {"method": method, "tensorParallelSize": draft_tp}
+    if draft is not None:
+        draft_spec["model"] = f"org/{draft}"
+    if k is not None:
+        draft_spec["numSpeculativeTokens"] = k
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": f"org/{target}"}, "draft": draft_spec,
+        "parallelism": {"tensorParallelSize": tp, "pipelineParallelSize": pp}, **extra})
+    return evaluate(spec, ModelInputs(load_config(target)), ModelInputs(load_config(draft)) if draft else None)
+
+
+def codes(evaluation: Evaluation) -> set[str]:
+    return {f.code for f in evaluation.findings if f.severity.value == "error"}
+
+
+GRID = [(t, d, m, k, tp, dtp) for (t, d, m, k), tp in itertools.product(REAL_PAIRS, TPS) for dtp in ("one", "equal")]
+
+
+@pytest.mark.parametrize("target, draft, method, k, tp, draft_tp", GRID)
+def test_grid_verdicts_obey_the_head_rules_and_explain_every_rejection(target, draft, method, k, tp, draft_tp) -> None:
+    evaluation = judge(target, draft, method, tp=tp, draft_tp=1 if draft_tp == "one" else tp, k=k)
+    t_heads = (load_config(target).get("text_config") or load_config(target))["num_attention_heads"]
+    if evaluation.ok:
+        plan = evaluation.plan
+        assert t_heads % tp == 0 and plan.tensor_parallel_size == tp
+        assert plan.target.attention_heads_per_gpu * tp == t_heads
+        if plan.draft is not None and draft is not None:
+            assert plan.draft.attention_heads_per_gpu * plan.draft_tensor_parallel_size == load_config(draft)["num_attention_heads"]
+    else:
+        errors = [f for f in evaluation.findings if f.severity.value == "error"]
+        assert errors and all(f.field.startswith("spec.") and f.message for f in errors)
+        if t_heads % tp:
+            assert "target-heads-tp" in codes(evaluation)
+
+
+def test_seed_block5_and_released_drafts_are_valid_at_tp8_with_12_and_8_heads_per_gpu() -> None:
+    for draft, heads_per_gpu in (("k3-dspark-block5", 12), ("k3-dspark-released", 8)):
+        evaluation = judge("moonshotai__Kimi-K3", draft, "dspark", tp=8, k=5)
+        assert evaluation.ok, evaluation.findings
+        layout = evaluation.plan.draft
+        assert (layout.attention_heads_per_gpu, layout.kv_heads_per_gpu, layout.head_size, layout.num_experts) == (heads_per_gpu, 1, 576, 0)
+        assert evaluation.plan.target.attention_heads_per_gpu == 12
+
+
+@pytest.mark.parametrize("tp", [5, 64])
+def test_seed_tp_that_does_not_divide_96_heads_is_invalid(tp: int) -> None:
+    assert "target-heads-tp" in codes(judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", tp=tp, k=5))
+
+
+def test_64_head_draft_under_96_head_target_at_tp12_falls_back_to_draft_tp1_with_a_reason() -> None:
+    auto = judge("moonshotai__Kimi-K3", "specforge__kimi-k3-dspark", "dspark", tp=12, k=7)
+    assert auto.ok and auto.plan.draft_tensor_parallel_size == 1
+    assert any(f.code == "draft-tp-fallback" for f in auto.findings)
+    forced = judge("moonshotai__Kimi-K3", "specforge__kimi-k3-dspark", "dspark", tp=12, draft_tp=12, k=7)
+    assert "draft-heads-tp" in codes(forced)
+
+
+def test_qwen25_7b_has_no_tp8_and_its_small_draft_has_another_vocab() -> None:
+    evaluation = judge("Qwen__Qwen2.5-7B-Instruct", "Qwen__Qwen2.5-0.5B", "draft_model", tp=8, k=4)
+    assert {"target-heads-tp", "vocab-mismatch"} <= codes(evaluation)
+    assert any("152064" in f.message and "151936" in f.message for f in evaluation.findings)
+
+
+def test_qwen25_half_b_14_heads_cannot_run_at_draft_tp4() -> None:
+    evaluation = judge("Qwen__Qwen2.5-7B-Instruct", "Qwen__Qwen2.5-0.5B", "draft_model", tp=4, draft_tp=4, k=4)
+    assert "draft-heads-tp" in codes(evaluation)
+
+
+def test_gpt_oss_heads_times_head_dim_differs_from_hidden_and_is_still_valid() -> None:
+    assert judge("openai__gpt-oss-120b", "specforge__gpt-oss-120B-eagle3", "eagle3", tp=8, k=3).ok
+
+
+def test_draft_architecture_vllm_cannot_load_is_rejected() -> None:
+    evaluation = judge("moonshotai__Kimi-K3", "specforge__kimi-k3-dspark-5mla", "dspark", tp=8, k=7)
+    assert "dspark-architecture-unknown" in codes(evaluation)
+
+
+def test_draft_tp_other_than_one_or_target_tp_is_rejected() -> None:
+    evaluation = judge("meta-llama__Llama-3.1-70B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model", tp=8, draft_tp=4, k=4)
+    assert "draft-tp-choice" in codes(evaluation)
+
+
+def test_pipeline_parallel_is_refused_for_dspark_and_mtp_but_planned_for_eagle3() -> None:
+    assert "pipeline-parallel-method" in codes(judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", tp=8, pp=2, k=5))
+    assert "pipeline-parallel-method" in codes(judge("deepseek-ai__DeepSeek-V3", None, "mtp", tp=8, pp=2, k=1))
+    assert judge("meta-llama__Llama-3.1-70B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", tp=4, pp=2, k=3).ok
+
+
+def test_k_defaults_from_dspark_block_size_and_is_required_where_nothing_provides_it() -> None:
+    assert judge("moonshotai__Kimi-K3", "k3-dspark-released", "dspark", tp=8).plan.num_speculative_tokens == 7
+    assert "k-required" in codes(judge("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model", tp=1))
+
+
+def test_mtp_needs_a_target_with_mtp_layers() -> None:
+    assert judge("deepseek-ai__DeepSeek-V3", None, "mtp", tp=8, k=1).ok
+    assert "mtp-no-layers" in codes(judge("moonshotai__Kimi-K3", None, "mtp", tp=8, k=1))
+    assert "mtp-unsupported-target" in codes(judge("meta-llama__Llama-3.1-8B-Instruct", None, "mtp", tp=1, k=1))
+
+
+def test_speculative_config_passthrough_refuses_owned_and_unknown_keys() -> None:
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": "t"},
+        "draft": {"method": "eagle3", "model": "d", "numSpeculativeTokens": 3,
+                  "speculativeConfig": {"num_speculative_tokens": 9, "no_such_key": 1, "draft_sample_method": "greedy"}}})
+    evaluation = evaluate(spec, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), ModelInputs(load_config("specforge__llama3-8B-eagle3")))
+    fields = {f.field for f in evaluation.findings if f.severity.value == "error"}
+    assert fields == {"spec.draft.speculativeConfig.num_speculative_tokens", "spec.draft.speculativeConfig.no_such_key"}
+
+
+def test_plan_speculative_config_is_what_vllm_gets() -> None:
+    plan = judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", tp=8, k=5).plan
+    assert plan.speculative_config == {"method": "dspark", "model": "org/k3-dspark-block5", "num_speculative_tokens": 5, "draft_tensor_parallel_size": 8}
