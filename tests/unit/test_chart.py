@@ -378,3 +378,30 @@ def test_cr_reference_is_generated_from_the_crd():
     spec_props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     for name in spec_props:
         assert f"| `spec.{name}` |" in text
+
+
+@pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
+def test_the_cli_parses_the_chart_args_into_the_intended_watch_scope(helm, values):
+    """Beyond flag names: `specdeploy run`'s own parser reads the rendered args as meant."""
+    _run_help()
+    from specdeploy import cli
+
+    args = cli._parser().parse_args(["run", *_container(render(helm, values))["args"]])
+    vals = values_of(values)
+    assert args.namespace == vals["watchNamespaces"]
+    assert args.all_namespaces is (not vals["watchNamespaces"])
+    assert args.liveness == f"http://0.0.0.0:{vals['operator']['healthPort']}/healthz"
+
+
+@pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
+def test_notes_render_and_name_the_watch_scope(helm, values):
+    # A client-side dry run renders NOTES.txt (helm template does not); it assumes the
+    # Kubernetes version helm was built against (1.35 for v4.1.4), above the chart's minimum.
+    args = ["install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"] + (
+        ["--values", str(values)] if values else [])
+    proc = _run_helm(helm, *args)
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    watched = values_of(values)["watchNamespaces"]
+    assert (", ".join(watched) if watched else "every namespace") in notes
+    assert "helm show crds" in notes
