@@ -164,6 +164,8 @@ CEL_SAMPLES = [
     ("resources.gpu.resourceName", "gpu", False, False),
     ("rollout.maxSurge", 0, True, False),
     ("rollout.maxSurge", "25%", True, False),
+    ("rollout.maxSurge", "25", False, False),
+    ("rollout.maxUnavailable", 1, True, False),
     ("rollout.maxUnavailable", "one", False, False),
     ("rollout.maxUnavailable", -1, False, False),
     ("modelCache.sizeLimit", "200Gi", True, False),
