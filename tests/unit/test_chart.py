@@ -405,3 +405,18 @@ def test_notes_render_and_name_the_watch_scope(helm, values):
     watched = values_of(values)["watchNamespaces"]
     assert (", ".join(watched) if watched else "every namespace") in notes
     assert "helm show crds" in notes
+
+
+def test_packaged_chart_renders_the_same_as_the_source_tree(helm, tmp_path):
+    """`helm package` keeps crds/, files/ and values.schema.json (nothing lost to .helmignore)."""
+    proc = subprocess.run([str(helm), "package", str(CHART), "--destination", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (package,) = tmp_path.glob("specdeploy-*.tgz")
+    for values in VALUES_SETS:
+        packaged = subprocess.run(
+            [str(helm), "template", RELEASE, str(package), "--namespace", NAMESPACE, "--include-crds",
+             "--kube-version", "1.35.0"] + (["--values", str(values)] if values else []),
+            capture_output=True, text=True, timeout=120)
+        assert packaged.returncode == 0, packaged.stderr
+        assert [d for d in yaml.safe_load_all(packaged.stdout) if d] == render(helm, values)
