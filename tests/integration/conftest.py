@@ -55,6 +55,13 @@ async def eventually(check: Callable[[], Any], timeout: float = 15.0, what: str 
     raise AssertionError(f"timed out waiting for {what or check}: last={last!r}")
 
 
+async def created(cluster: "Cluster", doc: dict[str, Any], uid: str) -> str:
+    name = doc["metadata"]["name"]
+    await cluster.create(with_identity(doc, uid))
+    await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", what="Planned=True")
+    return name
+
+
 class Operator:
     """Start/stop the real operator in a thread, as often as a test needs (restarts)."""
 

@@ -11,7 +11,7 @@ import kubernetes_validate
 
 from specdeploy.render import PLAN_HASH_ANNOTATION
 
-from .conftest import DEPLOYMENT, LWS, PDB, SERVICE, Cluster, Operator, eventually, example, with_identity
+from .conftest import DEPLOYMENT, LWS, PDB, SERVICE, Cluster, Operator, created, eventually, example, with_identity
 
 LLAMA = example("llama-3.1-8b-eagle3.yaml")  # single node, inline configs
 K3 = example("kimi-k3-dspark-h200.yaml")  # two nodes per replica
@@ -23,13 +23,6 @@ def args_of(deployment: dict[str, Any]) -> list[str]:
 
 def flag(args: list[str], name: str) -> str:
     return args[args.index(name) + 1]
-
-
-async def created(cluster: Cluster, doc: dict[str, Any], uid: str) -> str:
-    name = doc["metadata"]["name"]
-    await cluster.create(with_identity(doc, uid))
-    await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", what="Planned=True")
-    return name
 
 
 async def test_create_renders_children_status_and_plan(operator: Operator, cluster: Cluster) -> None:
