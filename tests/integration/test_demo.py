@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -14,7 +17,7 @@ import pytest
 )
 def test_demo_applies_an_example_and_reports_ready(example: str, workload: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "specdeploy.demo", "-f", example],
+        [sys.executable, "-m", "specdeploy.demo", "-f", str(ROOT / example)],
         capture_output=True, text=True, timeout=180,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -1,0 +1,61 @@
+"""The controller's pure parts: the merge patch computed from desired state, and conditions
+that keep their lastTransitionTime while nothing changes (so nothing is rewritten)."""
+
+from __future__ import annotations
+
+from specdeploy.controller.apply import merge_patch
+from specdeploy.controller.conditions import Verdict, WorkloadState, merge_conditions, ready_verdict, workload_verdicts
+
+
+def test_merge_patch_sends_only_differences_and_replaces_lists() -> None:
+    live = {"metadata": {"labels": {"a": "1", "other": "x"}, "uid": "u"}, "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "vllm", "args": ["m", "--x"]}], "dnsPolicy": "ClusterFirst"}}}, "status": {"readyReplicas": 1}}
+    desired = {"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "vllm", "args": ["m", "--y"]}]}}}}
+    assert merge_patch(live, desired) == {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "args": ["m", "--y"]}]}}}}
+
+
+def test_merge_patch_removes_scheduling_fields_and_selector_keys_no_longer_rendered() -> None:
+    live = {"spec": {"selector": {"app": "v", "leaderworkerset.sigs.k8s.io/worker-index": "0"}, "template": {"spec": {"nodeSelector": {"gpu": "h100"}, "priorityClassName": "p", "dnsPolicy": "ClusterFirst"}}}}
+    desired = {"spec": {"selector": {"app": "v"}, "template": {"spec": {}}}}
+    patch = merge_patch(live, desired)
+    assert patch == {"spec": {"selector": {"leaderworkerset.sigs.k8s.io/worker-index": None}, "template": {"spec": {"nodeSelector": None, "priorityClassName": None}}}}
+
+
+def test_merge_patch_of_equal_objects_is_empty() -> None:
+    obj = {"spec": {"selector": {"a": "b"}, "template": {"spec": {"nodeSelector": {"x": "y"}}}}}
+    assert merge_patch(obj, obj) == {}
+
+
+def _verdicts(workload: WorkloadState | None) -> dict[str, Verdict]:
+    verdicts = {"Validated": Verdict("True", "Valid"), "Planned": Verdict("True", "Planned")}
+    verdicts.update(workload_verdicts(workload, applied=True))
+    verdicts["Ready"] = ready_verdict(verdicts, workload)
+    return verdicts
+
+
+def test_conditions_keep_transition_time_until_status_changes() -> None:
+    rolling = WorkloadState("Deployment", "d", desired=2, replicas=2, ready=1, updated=2, current=True)
+    first = merge_conditions([], _verdicts(rolling), now="t1", generation=3)
+    assert {c["type"]: c["status"] for c in first} == {"Validated": "True", "Planned": "True", "Progressing": "True", "Available": "True", "Ready": "False"}
+    assert all(c["lastTransitionTime"] == "t1" and c["observedGeneration"] == 3 for c in first)
+    again = merge_conditions(first, _verdicts(rolling), now="t2", generation=3)
+    assert again == first  # same inputs, a later clock: nothing to write
+    done = WorkloadState("Deployment", "d", desired=2, replicas=2, ready=2, updated=2, current=True)
+    later = {c["type"]: c for c in merge_conditions(first, _verdicts(done), now="t3", generation=3)}
+    assert later["Ready"]["status"] == "True" and later["Ready"]["lastTransitionTime"] == "t3"
+    assert later["Available"]["lastTransitionTime"] == "t1"
+
+
+def test_ready_is_false_when_the_spec_is_invalid_even_if_the_old_workload_serves() -> None:
+    serving = WorkloadState("Deployment", "d", desired=1, replicas=1, ready=1, updated=1, current=True)
+    verdicts = {"Validated": Verdict("False", "ValidationFailed", "spec.draft: bad"), "Planned": Verdict("Unknown", "NotValidated")}
+    verdicts.update(workload_verdicts(serving, applied=True))
+    ready = ready_verdict(verdicts, serving)
+    assert (ready.status, ready.reason) == ("False", "ValidationFailed")
+    assert "keeps serving" in ready.message
+    assert verdicts["Available"].status == "True"
+
+
+def test_workload_state_reads_deployment_status() -> None:
+    live = {"kind": "Deployment", "metadata": {"name": "d", "generation": 4}, "spec": {"replicas": 3}, "status": {"observedGeneration": 3, "replicas": 3, "readyReplicas": 3, "updatedReplicas": 3}}
+    state = WorkloadState.from_live(live)
+    assert (state.desired, state.ready, state.current, state.rolled_out) == (3, 3, False, False)
