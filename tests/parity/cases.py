@@ -1,0 +1,126 @@
+"""The parity grid: every target/draft pair in tests/fixtures that makes sense, every method
+that applies to it, target TP 1, 2, 3, 4, 6, 8, 16 and draft TP 1 and equal to the target's.
+
+Pure data (no vLLM import) so that the grid is the same for vLLM's side and ours. Pairs
+include deliberate mismatches (different vocab, wrong family, broken K3 DSpark drafts,
+targets without MTP layers) so that both verdicts occur."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+REAL = FIXTURES / "model-configs"
+SYNTHETIC = FIXTURES / "synthetic"
+
+TPS = (1, 2, 3, 4, 6, 8, 16)
+MODEL_FREE = ("ngram", "suffix")
+
+
+@lru_cache(maxsize=None)
+def configs() -> dict[str, dict[str, Any]]:
+    """name -> config.json, for every real and synthetic fixture."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(REAL.glob("*.json")) + sorted(SYNTHETIC.glob("*.json")):
+        out[path.stem] = json.loads(path.read_text())
+    return out
+
+
+TARGETS = (
+    "Qwen__Qwen2.5-7B-Instruct", "Qwen__Qwen3-235B-A22B", "Qwen__Qwen3-32B", "Qwen__Qwen3-8B",
+    "deepseek-ai__DeepSeek-V2-Lite", "deepseek-ai__DeepSeek-V3", "meta-llama__Llama-3.1-70B-Instruct",
+    "meta-llama__Llama-3.1-8B-Instruct", "mistralai__Mixtral-8x22B-Instruct-v0.1",
+    "moonshotai__Kimi-K2-Instruct", "moonshotai__Kimi-K3", "openai__gpt-oss-120b", "zai-org__GLM-5",
+)
+
+K3 = "moonshotai__Kimi-K3"
+K3_DRAFTS = (
+    "k3-dspark-released", "k3-dspark-block5", "specforge__kimi-k3-dspark", "specforge__kimi-k3-dspark-5mla",
+    "k3-dspark-bad-mla-use-nope", "k3-dspark-bad-mla-use-output-gate", "k3-dspark-bad-mla-use-qk-norm",
+    "k3-dspark-bad-bonus-anchor", "k3-dspark-bad-no-q-lora", "k3-dspark-bad-draft-vocab",
+    "k3-dspark-bad-empty-target-layers", "k3-dspark-bad-target-layer-count",
+)
+
+# (target, draft, method) for methods with a draft checkpoint of their own.
+DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
+    # draft_model: same family (valid), different tokenizer (vLLM refuses the vocab)
+    ("Qwen__Qwen2.5-7B-Instruct", "Qwen__Qwen2.5-0.5B", "draft_model"),
+    ("Qwen__Qwen3-32B", "Qwen__Qwen3-0.6B", "draft_model"),
+    ("Qwen__Qwen3-235B-A22B", "Qwen__Qwen3-0.6B", "draft_model"),
+    ("Qwen__Qwen3-32B", "Qwen__Qwen3-8B", "draft_model"),
+    ("Qwen__Qwen3-8B", "Qwen__Qwen3-0.6B", "draft_model"),
+    ("meta-llama__Llama-3.1-70B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "Qwen__Qwen3-0.6B", "draft_model"),
+    ("deepseek-ai__DeepSeek-V3", "deepseek-ai__DeepSeek-V2-Lite", "draft_model"),
+    # EAGLE / EAGLE3 heads
+    ("meta-llama__Llama-3.1-8B-Instruct", "SafeAILab__EAGLE-LLaMA3-Instruct-8B", "eagle"),
+    ("meta-llama__Llama-3.1-70B-Instruct", "SafeAILab__EAGLE-LLaMA3-Instruct-8B", "eagle"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),
+    ("meta-llama__Llama-3.1-70B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),
+    ("Qwen__Qwen3-32B", "specforge__qwen3-32b-eagle3", "eagle3"),
+    ("openai__gpt-oss-120b", "specforge__gpt-oss-120B-eagle3", "eagle3"),
+    # DFlash
+    ("Qwen__Qwen3-8B", "specforge__qwen3-8b-dflash", "dflash"),
+    # Medusa and the MLP speculator (disabled in vLLM 0.32.0's registry)
+    ("meta-llama__Llama-3.1-8B-Instruct", "medusa-llama3-8b", "medusa"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "mlp-speculator-llama3-8b", "mlp_speculator"),
+    # Kimi-K3 DSpark drafts: both PR #54005 layouts, SpecForge templates, each rejection rule
+    *((K3, d, "dspark") for d in K3_DRAFTS),
+)
+
+# MTP reads the target's own layers: targets with and without MTP layers.
+MTP_TARGETS = (
+    "deepseek-ai__DeepSeek-V3", "zai-org__GLM-5", K3, "Qwen__Qwen3-8B",
+    "deepseek-ai__DeepSeek-V2-Lite", "moonshotai__Kimi-K2-Instruct",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    target: str
+    draft: str | None
+    method: str
+    k: int
+    tp: int
+    draft_tp: int | None  # None: not set (model-free methods use the target's layout)
+
+    @property
+    def id(self) -> str:
+        dtp = "" if self.draft_tp is None else f"-dtp{self.draft_tp}"
+        return f"{self.target}+{self.draft or '-'}-{self.method}-k{self.k}-tp{self.tp}{dtp}"
+
+    @property
+    def pair(self) -> str:
+        return f"{self.target} + {self.draft or '(target)'}"
+
+
+def _k(method: str, draft: dict[str, Any] | None) -> int:
+    """k as a user would set it: the draft's block size for DSpark/DFlash, 1 for MTP."""
+    if method in ("dspark", "dflash") and draft and draft.get("block_size"):
+        return int(draft["block_size"])
+    if method == "mtp":
+        return 1
+    return 3
+
+
+def _draft_tps(tp: int) -> tuple[int, ...]:
+    return (1,) if tp == 1 else (1, tp)
+
+
+def grid() -> list[Case]:
+    cfgs = configs()
+    cases: list[Case] = []
+    for target, draft, method in DRAFT_PAIRS:
+        k = _k(method, cfgs[draft])
+        cases += [Case(target, draft, method, k, tp, dtp) for tp in TPS for dtp in _draft_tps(tp)]
+    for target in MTP_TARGETS:
+        cases += [Case(target, None, "mtp", 1, tp, dtp) for tp in TPS for dtp in _draft_tps(tp)]
+    for target in TARGETS:
+        for method in MODEL_FREE:
+            cases += [Case(target, None, method, 4, tp, None) for tp in TPS]
+    return cases

@@ -1,0 +1,100 @@
+"""Both verdicts for every grid case, and the agreement table printed by the parity suite and
+written to docs/parity.md."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from cases import Case, configs, grid
+
+
+@dataclass(frozen=True)
+class Row:
+    case: Case
+    vllm_ok: bool
+    vllm_stage: str
+    vllm_error: str
+    ours_ok: bool
+    our_errors: tuple[str, ...]
+
+    @property
+    def agree(self) -> bool:
+        return self.vllm_ok == self.ours_ok
+
+
+def our_verdict(case: Case) -> tuple[bool, tuple[str, ...]]:
+    """specdeploy's verdict through the one shared entry point (no resources: no memory check)."""
+    from specdeploy.api.spec import SpeculativeDeploymentSpec
+    from specdeploy.pipeline import ModelInputs, evaluate
+
+    cfgs = configs()
+    draft: dict[str, Any] = {"method": case.method, "numSpeculativeTokens": case.k}
+    if case.draft is not None:
+        draft["model"] = "d"
+    if case.draft_tp is not None:
+        draft["tensorParallelSize"] = case.draft_tp
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": "t"},
+        "draft": draft,
+        "parallelism": {"tensorParallelSize": case.tp, "pipelineParallelSize": 1},
+    })
+    result = evaluate(
+        spec,
+        ModelInputs(config=cfgs[case.target]),
+        ModelInputs(config=cfgs[case.draft]) if case.draft is not None else None,
+    )
+    errors = tuple(f"{f.code}: {f.message}" for f in result.findings if f.severity == "error")
+    return result.ok, errors
+
+
+def compute_rows() -> list[Row]:
+    from vllm_judge import VllmJudge
+
+    judge = VllmJudge(configs())
+    rows: list[Row] = []
+    try:
+        for case in grid():
+            verdict = judge.judge(case.target, case.draft, case.method, case.k, case.tp, case.draft_tp)
+            ours_ok, our_errors = our_verdict(case)
+            rows.append(Row(case, verdict.ok, verdict.stage, verdict.error, ours_ok, our_errors))
+    finally:
+        judge.close()
+    return rows
+
+
+def table(rows: list[Row], vllm_version: str) -> str:
+    """Markdown: one line per (pair, method), then the totals and any disagreement."""
+    groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[(row.case.pair, row.case.method)].append(row)
+    agree = sum(r.agree for r in rows)
+    accepted = sum(r.vllm_ok for r in rows)
+    lines = [
+        f"Grid: **{len(rows)} cases** ({len(groups)} pair/method combinations × target TP "
+        f"1, 2, 3, 4, 6, 8, 16 × draft TP 1 and = TP) judged by vLLM {vllm_version}: "
+        f"{accepted} accepted, {len(rows) - accepted} refused. "
+        f"**Agree: {agree}. Disagree: {len(rows) - agree}.**",
+        "",
+        "| target + draft | method | cases | vLLM accepts | agree | disagree | vLLM's reasons for refusing (stage: error) |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for (pair, method), group in groups.items():
+        reasons = sorted({f"{r.vllm_stage}: {_short(r.vllm_error)}" for r in group if not r.vllm_ok})
+        shown = "; ".join(reasons[:3]) + (f"; … ({len(reasons) - 3} more)" if len(reasons) > 3 else "")
+        ok = sum(r.vllm_ok for r in group)
+        ag = sum(r.agree for r in group)
+        lines.append(f"| {pair} | {method} | {len(group)} | {ok} | {ag} | {len(group) - ag} | {shown or '—'} |")
+    bad = [r for r in rows if not r.agree]
+    if bad:
+        lines += ["", "Disagreements:", ""]
+        lines += [f"- `{r.case.id}`: vLLM {'accepts' if r.vllm_ok else 'refuses (' + r.vllm_error + ')'}; "
+                  f"specdeploy {'accepts' if r.ours_ok else 'refuses (' + '; '.join(r.our_errors) + ')'}"
+                  for r in bad]
+    return "\n".join(lines) + "\n"
+
+
+def _short(error: str) -> str:
+    text = error.replace("|", "/")
+    return text if len(text) <= 110 else text[:107] + "..."
