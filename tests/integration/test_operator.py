@@ -54,11 +54,13 @@ async def test_create_renders_children_status_and_plan(operator: Operator, clust
     kubernetes_validate.validate(body, "1.35.0", strict=True)
 
     status = cluster.sd(name)["status"]
-    assert [c["type"] for c in status["conditions"]] == ["Validated", "Planned", "Progressing", "Available", "Ready"]
+    assert [c["type"] for c in status["conditions"]] == ["Validated", "Planned", "Progressing", "Available", "Ready", "Reconciling", "Stalled"]
     by_type = {c["type"]: c for c in status["conditions"]}
     assert by_type["Validated"]["status"] == "True"
     assert by_type["Progressing"]["status"] == "True"
     assert by_type["Ready"]["status"] == "False"
+    # kstatus (Flux): still reconciling, not stalled.
+    assert (by_type["Reconciling"]["status"], by_type["Stalled"]["status"]) == ("True", "False")
     assert status["plan"]["tensorParallelSize"] == 1 and status["plan"]["decisions"]
     assert status["workload"] == f"Deployment/{name}"
     assert status["selector"] == f"app.kubernetes.io/instance={name},app.kubernetes.io/name=vllm"

@@ -35,7 +35,7 @@ def _verdicts(workload: WorkloadState | None) -> dict[str, Verdict]:
 def test_conditions_keep_transition_time_until_status_changes() -> None:
     rolling = WorkloadState("Deployment", "d", desired=2, replicas=2, ready=1, updated=2, current=True)
     first = merge_conditions([], _verdicts(rolling), now="t1", generation=3)
-    assert {c["type"]: c["status"] for c in first} == {"Validated": "True", "Planned": "True", "Progressing": "True", "Available": "True", "Ready": "False"}
+    assert {c["type"]: c["status"] for c in first} == {"Validated": "True", "Planned": "True", "Progressing": "True", "Available": "True", "Ready": "False", "Reconciling": "True", "Stalled": "False"}
     assert all(c["lastTransitionTime"] == "t1" and c["observedGeneration"] == 3 for c in first)
     again = merge_conditions(first, _verdicts(rolling), now="t2", generation=3)
     assert again == first  # same inputs, a later clock: nothing to write
@@ -59,3 +59,18 @@ def test_workload_state_reads_deployment_status() -> None:
     live = {"kind": "Deployment", "metadata": {"name": "d", "generation": 4}, "spec": {"replicas": 3}, "status": {"observedGeneration": 3, "replicas": 3, "readyReplicas": 3, "updatedReplicas": 3}}
     state = WorkloadState.from_live(live)
     assert (state.desired, state.ready, state.current, state.rolled_out) == (3, 3, False, False)
+
+
+def test_kstatus_pair_follows_ready_validated_and_scale_to_zero() -> None:
+    """Flux's kstatus reads Reconciling/Stalled, not Ready: both must say what Ready says."""
+    from specdeploy.controller.conditions import Verdict, kstatus_verdicts
+
+    ok = {"Validated": Verdict("True", "Valid"), "Planned": Verdict("True", "Planned")}
+    serving = kstatus_verdicts({**ok, "Ready": Verdict("True", "Serving")})
+    assert (serving["Reconciling"].status, serving["Stalled"].status) == ("False", "False")
+    rolling = kstatus_verdicts({**ok, "Ready": Verdict("False", "RollingOut", "0/1 ready")})
+    assert (rolling["Reconciling"].status, rolling["Reconciling"].reason) == ("True", "RollingOut")
+    invalid = kstatus_verdicts({**ok, "Validated": Verdict("False", "InvalidPair", "draft heads"), "Ready": Verdict("False", "InvalidPair")})
+    assert (invalid["Stalled"].status, invalid["Stalled"].reason, invalid["Reconciling"].status) == ("True", "InvalidPair", "False")
+    zero = kstatus_verdicts({**ok, "Ready": Verdict("False", "ScaledToZero")})
+    assert zero["Reconciling"].status == "False"

@@ -13,7 +13,9 @@ from pydantic import Field
 
 from specdeploy.api.spec import SpecModel
 
-ConditionType = Literal["Validated", "Planned", "Progressing", "Available", "Ready"]
+# Reconciling and Stalled are kstatus's own types (abnormal-true): Flux reads them with no
+# configuration, while Argo CD and `kubectl wait` read Ready.
+ConditionType = Literal["Validated", "Planned", "Progressing", "Available", "Ready", "Reconciling", "Stalled"]
 CONDITION_TYPES: tuple[str, ...] = ConditionType.__args__  # type: ignore[attr-defined]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -21,7 +23,7 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 class Condition(SpecModel):
     """One observation in the standard Kubernetes condition shape."""
 
-    type: ConditionType = Field(description="Validated, Planned, Progressing, Available, or Ready (the summary).")
+    type: ConditionType = Field(description="Validated, Planned, Progressing, Available, Ready (the summary), or the kstatus pair Reconciling and Stalled.")
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase machine-readable reason for the last transition.", max_length=1024)
     message: str = Field("", description="Human-readable details.", max_length=32768)

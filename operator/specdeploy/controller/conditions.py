@@ -87,11 +87,24 @@ def ready_verdict(verdicts: dict[str, Verdict], workload: WorkloadState | None) 
     return Verdict("False", verdicts["Progressing"].reason, verdicts["Progressing"].message)
 
 
+def kstatus_verdicts(verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
+    """kstatus (Flux's health check) ignores Ready and reads Reconciling/Stalled: Stalled
+    when the spec cannot be served as written, Reconciling while Ready is on its way."""
+    unknown = Verdict("Unknown", "")
+    blocked = [verdicts.get(k, unknown) for k in ("Validated", "Planned") if verdicts.get(k, unknown).status == "False"]
+    stalled = Verdict("True", blocked[0].reason, blocked[0].message) if blocked else Verdict("False", "NotStalled")
+    ready = verdicts.get("Ready", unknown)
+    settled = blocked or ready.status == "True" or ready.reason == "ScaledToZero"
+    reconciling = Verdict("False", "Settled") if settled else Verdict("True", ready.reason or "Reconciling", ready.message)
+    return {"Reconciling": reconciling, "Stalled": stalled}
+
+
 def merge_conditions(
     previous: list[dict[str, Any]], verdicts: dict[str, Verdict], *, now: str, generation: int | None
 ) -> list[dict[str, Any]]:
     """Conditions in a fixed order; lastTransitionTime changes only when status does."""
     before = {c.get("type"): c for c in previous or []}
+    verdicts = {**verdicts, **kstatus_verdicts(verdicts)}
     out = []
     for kind in CONDITION_TYPES:
         v = verdicts.get(kind)
