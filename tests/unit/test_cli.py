@@ -74,3 +74,12 @@ def test_bad_spec_field_exits_1_naming_the_field(tmp_path: Path) -> None:
     assert result.returncode == 1
     fields = {f["field"] for f in json.loads(result.stdout)["findings"]}
     assert {"spec.draft.method", "spec.replicas"} <= fields
+
+
+def test_rollout_limits_must_be_counts_or_percentages(tmp_path: Path) -> None:
+    cr = tmp_path / "sd.yaml"
+    cr.write_text("spec:\n  target: {model: a/b}\n  draft: {method: ngram, numSpeculativeTokens: 3}\n  rollout: {maxSurge: abc}\n")
+    result = run("plan", "-f", str(cr), "-o", "json")
+    assert result.returncode == 1
+    finding = json.loads(result.stdout)["findings"][0]
+    assert finding["field"] == "spec.rollout.maxSurge" and "percentage" in finding["message"]

@@ -40,6 +40,7 @@ def parse_spec(spec: dict[str, Any]) -> tuple[SpeculativeDeploymentSpec | None, 
 
 def spec_of_document(document: dict[str, Any]) -> dict[str, Any]:
     """A full SpeculativeDeployment object, or just its spec."""
-    if isinstance(document, dict) and "spec" in document and "kind" in document:
+    object_keys = {"apiVersion", "kind", "metadata", "spec", "status"}
+    if isinstance(document, dict) and "spec" in document and set(document) <= object_keys:
         return document["spec"] or {}
     return document

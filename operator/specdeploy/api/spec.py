@@ -171,6 +171,15 @@ class RolloutSpec(SpecModel):
     max_surge: IntOrPercent = Field(0, description="Extra pods during a rollout. Default 0: GPUs are scarce, so a surge pod would wait for GPUs that the old pod holds.")
     max_unavailable: IntOrPercent = Field(1, description="Pods that may be down during a rollout.")
 
+    @field_validator("max_surge", "max_unavailable")
+    @classmethod
+    def _count_or_percent(cls, value: IntOrPercent) -> IntOrPercent:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("must be >= 0")
+        if isinstance(value, str) and not (value.endswith("%") and value[:-1].isdigit()):
+            raise ValueError(f"must be an integer or a percentage like '25%', got {value!r}")
+        return value
+
 
 class SpeculativeDeploymentSpec(SpecModel):
     """Desired state: a target model served by vLLM with a speculative draft attached."""
