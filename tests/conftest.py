@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODEL_CONFIGS = FIXTURES / "model-configs"

@@ -14,8 +14,6 @@ from typing import Any
 import yaml
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
-# transformers announces at import that torch is absent; config classes need no torch.
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 def _int_or_auto(value: str) -> int | str:
