@@ -79,3 +79,18 @@ def test_missing_head_count_is_a_clear_finding() -> None:
     geometry, findings = read_geometry(raw, "spec.draft.config")
     assert geometry is None
     assert findings[0].field == "spec.draft.config.num_attention_heads" and "positive integer" in findings[0].message
+
+
+def test_speculators_format_draft_reads_its_transformer_layer_and_vllm_architecture() -> None:
+    geometry, findings = read_geometry(load_config("speculators-llama3.1-8b-eagle3"), "spec.draft.config")
+    assert findings == []
+    assert geometry.model_type == "speculators" and geometry.architectures == ("Eagle3LlamaForCausalLM",)
+    assert (geometry.num_attention_heads, geometry.num_kv_heads, geometry.num_layers, geometry.draft_vocab_size) == (32, 8, 1, 32000)
+    assert geometry.n_predict is None  # vLLM does not default k from speculators' proposal count
+
+
+def test_speculators_algorithm_vllm_does_not_know_is_rejected_by_name() -> None:
+    raw = json.loads(json.dumps(load_config("speculators-llama3.1-8b-eagle3")))
+    raw["speculators_model_type"] = "medusa2"
+    geometry, findings = read_geometry(raw, "spec.draft.config")
+    assert geometry is None and "medusa2" in findings[0].message and "eagle3" in findings[0].message

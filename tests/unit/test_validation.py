@@ -151,3 +151,8 @@ def test_speculative_config_passthrough_refuses_owned_and_unknown_keys() -> None
 def test_plan_speculative_config_is_what_vllm_gets() -> None:
     plan = judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", tp=8, k=5).plan
     assert plan.speculative_config == {"method": "dspark", "model": "org/k3-dspark-block5", "num_speculative_tokens": 5, "draft_tensor_parallel_size": 8}
+
+
+def test_speculators_eagle3_draft_is_valid_and_needs_k_set() -> None:
+    assert judge("meta-llama__Llama-3.1-8B-Instruct", "speculators-llama3.1-8b-eagle3", "eagle3", tp=8, k=3).ok
+    assert "k-required" in codes(judge("meta-llama__Llama-3.1-8B-Instruct", "speculators-llama3.1-8b-eagle3", "eagle3", tp=8))

@@ -12,6 +12,7 @@ from typing import Any
 from transformers import CONFIG_MAPPING, PretrainedConfig
 
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
+from specdeploy.geometry.speculators import is_speculators_config, speculators_text_config
 from specdeploy.validation import vllm_support
 from specdeploy.validation.findings import Finding, error
 
@@ -102,11 +103,10 @@ def parse_config(raw: dict[str, Any]) -> PretrainedConfig | dict[str, Any]:
 
 
 def text_config_of(config: PretrainedConfig | dict[str, Any]) -> Any:
-    """The LLM part: `text_config` (Kimi-K3, Llama-4, Qwen3-VL), speculators'
-    `transformer_layer_config`, or the config itself."""
+    """The LLM part: `text_config` (Kimi-K3, Llama-4, Qwen3-VL) or the config itself."""
     if isinstance(config, PretrainedConfig):
         return config.get_text_config()
-    for key in ("text_config", "transformer_layer_config", "llm_config"):
+    for key in ("text_config", "llm_config"):
         sub = config.get(key)
         if isinstance(sub, dict) and "num_attention_heads" in sub:
             return sub
@@ -150,9 +150,10 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
     """Geometry of one config.json; findings name `field_prefix`.<key> for what is wrong."""
     if not isinstance(raw, dict):
         return None, [error("config-not-object", field_prefix, "config.json must be a JSON object")]
+    speculators = is_speculators_config(raw)
     try:
-        config = parse_config(raw)
-    except ConfigRejected as exc:
+        config = parse_config(speculators_text_config(raw) if speculators else raw)
+    except (ConfigRejected, ValueError) as exc:
         return None, [error("config-rejected", field_prefix, str(exc))]
     text = text_config_of(config)
     findings: list[Finding] = []
@@ -196,16 +197,14 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
         per_token = max(per_token, default=0)
     quant = _quantization(config, text)
     quant_method, bits = _weight_bits(quant)
-    speculators = _get(config, "speculators_config") or {}
-    proposals = speculators.get("proposal_methods") if isinstance(speculators, dict) else None
+    # A speculators checkpoint's proposal count is not a default vLLM applies to a draft
+    # (SpeculativeConfig reads only hf_config.n_predict), so it is not read here either.
     n_predict = _get(config, "n_predict")
-    if n_predict is None and proposals:
-        n_predict = proposals[0].get("speculative_tokens")
     dflash = _get(config, "dflash_config") or {}
     block_size = _get(config, "block_size") or _get(config, "dspark_block_size") or (dflash.get("block_size") if isinstance(dflash, dict) else None)
 
     geometry = Geometry(
-        model_type=model_type,
+        model_type="speculators" if speculators else model_type,
         text_model_type=text_model_type,
         architectures=tuple(_get(config, "architectures") or _get(text, "architectures") or ()),
         hidden_size=hidden,
