@@ -94,3 +94,17 @@ def test_speculators_algorithm_vllm_does_not_know_is_rejected_by_name() -> None:
     raw["speculators_model_type"] = "medusa2"
     geometry, findings = read_geometry(raw, "spec.draft.config")
     assert geometry is None and "medusa2" in findings[0].message and "eagle3" in findings[0].message
+
+
+def test_medusa_heads_are_mlp_heads_not_attention_heads() -> None:
+    """vLLM reports 0 attention/KV heads and head size 0 for Medusa; its num_heads counts MLPs."""
+    geometry, findings = read_geometry(load_config("medusa-llama3-8b"), "spec.draft.config")
+    assert findings == [] and (geometry.num_attention_heads, geometry.num_kv_heads, geometry.head_size) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("extra, kv", [({"multi_query": True}, 1), ({"multi_query": True, "new_decoder_architecture": True, "num_kv_heads": 8}, 8)])
+def test_falcon_multi_query_counts_one_kv_head_unless_new_decoder_architecture(extra: dict, kv: int) -> None:
+    raw = {"model_type": "falcon", "architectures": ["FalconForCausalLM"], "hidden_size": 4544, "num_attention_heads": 71,
+           "num_hidden_layers": 32, "vocab_size": 65024, **extra}
+    geometry, findings = read_geometry(raw, "spec.target.config")
+    assert findings == [] and geometry.num_kv_heads == kv

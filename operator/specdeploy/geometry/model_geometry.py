@@ -22,6 +22,20 @@ _EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "top_
 _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length", "max_seq_length", "seq_len")
 
 
+# Drafts with no attention layers: vLLM reports 0 heads, 0 KV heads and head size 0 for
+# them (MedusaModelArchConfigConvertor); a Medusa config's `num_heads` counts its MLP heads.
+ATTENTION_FREE_MODEL_TYPES = frozenset({"medusa"})
+
+
+def _total_kv_heads(text: Any, model_type: str, heads: int) -> int:
+    """KV heads as vLLM's per-family convertors count them (Falcon MQA, DBRX's attn_config)."""
+    if model_type in ("falcon", "RefinedWeb", "RefinedWebModel") and not _get(text, "new_decoder_architecture") and _get(text, "multi_query"):
+        return 1
+    if model_type == "dbrx":
+        return int(_get(_get(text, "attn_config") or {}, "kv_n_heads") or heads)
+    return int(_first(text, _KV_HEAD_KEYS, heads))
+
+
 class ConfigRejected(ValueError):
     """The config's own class (transformers or ours) refused it, as vLLM's loader would."""
 
@@ -157,11 +171,12 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
         return None, [error("config-rejected", field_prefix, str(exc))]
     text = text_config_of(config)
     findings: list[Finding] = []
-    required = {"num_attention_heads": _first(text, ("num_attention_heads", "n_head", "num_heads", "n_heads")),
+    attention_free = _get(config, "model_type") in ATTENTION_FREE_MODEL_TYPES
+    required = {"num_attention_heads": 0 if attention_free else _first(text, ("num_attention_heads", "n_head", "num_heads", "n_heads")),
                 "num_hidden_layers": _first(text, ("num_hidden_layers", "n_layer", "num_layers", "n_layers")),
                 "vocab_size": _get(text, "vocab_size") or _get(config, "vocab_size")}
     for key, value in required.items():
-        if not isinstance(value, int) or value <= 0:
+        if not isinstance(value, int) or value < 0 or (value == 0 and not attention_free):
             findings.append(error("config-missing-field", f"{field_prefix}.{key}",
                                   f"config.json has no usable {key} (got {value!r}); it must be a positive integer"))
     if findings:
@@ -183,8 +198,10 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
         head_dim = int(_get(text, "hidden_size_per_head"))
     else:
         head_dim = hidden // heads if heads else 0
+    if attention_free:
+        head_dim = 0
     head_size = int(kv_lora) + int(rope or 0) if uses_mla else head_dim
-    kv_heads = int(_first(text, _KV_HEAD_KEYS, heads))
+    kv_heads = _total_kv_heads(text, text_model_type, heads)
 
     linear = _get(text, "linear_attn_config") or {}
     full_attn_layers = linear.get("full_attn_layers") if isinstance(linear, dict) else None

@@ -79,7 +79,7 @@ def _weights(spec: SpeculativeDeploymentSpec, target: Geometry, target_in: Model
 def _layout(model: Geometry, tp: int) -> ModelLayout:
     return ModelLayout(
         attention_heads_per_gpu=model.num_attention_heads // tp,
-        kv_heads_per_gpu=1 if model.uses_mla else max(1, model.num_kv_heads // tp),
+        kv_heads_per_gpu=1 if model.uses_mla else (max(1, model.num_kv_heads // tp) if model.num_kv_heads else 0),
         head_size=model.head_size,
         uses_mla=model.uses_mla,
         num_experts=model.num_experts,

@@ -17,10 +17,6 @@ from specdeploy.validation.methods import (
     mtp_architecture,
 )
 
-# Drafts with no attention layers: vLLM's MedusaConfig reports num_attention_heads = 0
-# (vllm/transformers_utils/configs/medusa.py); its `num_heads` counts Medusa heads (MLPs),
-# which are not split by tensor parallelism. Parity: medusa at draft TP 2/4/8/16.
-ATTENTION_FREE_MODEL_TYPES = frozenset({"medusa"})
 TP_FIELD = "spec.parallelism.tensorParallelSize"
 PP_FIELD = "spec.parallelism.pipelineParallelSize"
 DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
@@ -167,13 +163,11 @@ def _kv_rule(heads: int, kv_heads: int, tp: int, who: str, field: str) -> list[F
 def check_model_tp(model: Geometry, tp: int, who: str, field: str) -> list[Finding]:
     """ModelConfig.verify_with_parallel_config (vllm/config/model.py) + the KV split.
     MLA has one latent KV head per GPU and no hidden_size % heads rule."""
-    if model.model_type in ATTENTION_FREE_MODEL_TYPES:
-        return []
     findings = []
     if model.num_attention_heads % tp != 0:
         findings.append(error(f"{who}-heads-tp", field,
                               f"{who} has {model.num_attention_heads} attention heads, not divisible by tensor parallel size {tp} (allowed: {divisors_note(model.num_attention_heads)})"))
-    if not model.uses_mla:
+    if not model.uses_mla and model.num_kv_heads:  # attention-free drafts have no QKV split
         findings += _kv_rule(model.num_attention_heads, model.num_kv_heads, tp, who, field)
     return findings
 
