@@ -64,6 +64,9 @@ DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
     ("meta-llama__Llama-3.1-70B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),
     ("Qwen__Qwen3-32B", "specforge__qwen3-32b-eagle3", "eagle3"),
     ("openai__gpt-oss-120b", "specforge__gpt-oss-120B-eagle3", "eagle3"),
+    # speculators-format EAGLE3 head (transformer_layer_config; vLLM's SpeculatorsConfig)
+    ("meta-llama__Llama-3.1-8B-Instruct", "speculators-llama3.1-8b-eagle3", "eagle3"),
+    ("meta-llama__Llama-3.1-70B-Instruct", "speculators-llama3.1-8b-eagle3", "eagle3"),
     # DFlash
     ("Qwen__Qwen3-8B", "specforge__qwen3-8b-dflash", "dflash"),
     # Medusa and the MLP speculator (disabled in vLLM 0.32.0's registry)
@@ -71,6 +74,16 @@ DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
     ("meta-llama__Llama-3.1-8B-Instruct", "mlp-speculator-llama3-8b", "mlp_speculator"),
     # Kimi-K3 DSpark drafts: both PR #54005 layouts, SpecForge templates, each rejection rule
     *((K3, d, "dspark") for d in K3_DRAFTS),
+)
+
+DEFAULT_K_PAIRS: tuple[tuple[str, str | None, str], ...] = (
+    (K3, "k3-dspark-released", "dspark"),
+    (K3, "k3-dspark-block5", "dspark"),
+    ("deepseek-ai__DeepSeek-V3", None, "mtp"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "speculators-llama3.1-8b-eagle3", "eagle3"),
+    ("meta-llama__Llama-3.1-8B-Instruct", None, "suffix"),
 )
 
 # MTP reads the target's own layers: targets with and without MTP layers.
@@ -85,14 +98,15 @@ class Case:
     target: str
     draft: str | None
     method: str
-    k: int
+    k: int | None  # None: not set, so each side applies its own default (block_size, n_predict)
     tp: int
     draft_tp: int | None  # None: not set (model-free methods use the target's layout)
 
     @property
     def id(self) -> str:
         dtp = "" if self.draft_tp is None else f"-dtp{self.draft_tp}"
-        return f"{self.target}+{self.draft or '-'}-{self.method}-k{self.k}-tp{self.tp}{dtp}"
+        k = "default" if self.k is None else self.k
+        return f"{self.target}+{self.draft or '-'}-{self.method}-k{k}-tp{self.tp}{dtp}"
 
     @property
     def pair(self) -> str:
@@ -123,4 +137,8 @@ def grid() -> list[Case]:
     for target in TARGETS:
         for method in MODEL_FREE:
             cases += [Case(target, None, method, 4, tp, None) for tp in TPS]
+    # k left unset: DSpark defaults to block_size, MTP to its layer count, draft_model and
+    # EAGLE3 heads have nothing to default from (both sides must refuse).
+    for target, draft, method in DEFAULT_K_PAIRS:
+        cases += [Case(target, draft, method, None, tp, tp) for tp in (1, 8)]
     return cases

@@ -43,7 +43,9 @@ Notes on the vLLM side:
   judges the rest.
 - Targets: all real fixtures (`tests/fixtures/model-configs`); drafts: real and synthetic
   (`tests/fixtures/synthetic`: the K3 DSpark layouts of vLLM PR #54005 and one draft per
-  "MLA DSpark" rejection rule, a Medusa head, an MLP speculator).
+  "MLA DSpark" rejection rule, a Medusa head, an MLP speculator, a speculators-format EAGLE3
+  head). A few pairs also leave `numSpeculativeTokens` unset, so each side applies its own default
+  (DSpark's block_size; MTP and EAGLE3 heads must then be refused).
 
 The real run: `tests/e2e` builds a tiny random-weight Llama target (2 layers, head_dim 64), a
 1-layer draft, a 1-layer EAGLE3 head and a locally trained tokenizer, renders the pod with

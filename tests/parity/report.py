@@ -30,7 +30,9 @@ def our_verdict(case: Case) -> tuple[bool, tuple[str, ...]]:
     from specdeploy.pipeline import ModelInputs, evaluate
 
     cfgs = configs()
-    draft: dict[str, Any] = {"method": case.method, "numSpeculativeTokens": case.k}
+    draft: dict[str, Any] = {"method": case.method}
+    if case.k is not None:  # None: k left to the default each side derives
+        draft["numSpeculativeTokens"] = case.k
     if case.draft is not None:
         draft["model"] = "d"
     if case.draft_tp is not None:

@@ -118,7 +118,7 @@ class VllmJudge:
                 self._targets[name] = exc
         return self._targets[name]
 
-    def judge(self, target: str, draft: str | None, method: str, k: int, tp: int,
+    def judge(self, target: str, draft: str | None, method: str, k: int | None, tp: int,
               draft_tp: int | None) -> Verdict:
         from vllm.config import ParallelConfig, SpeculativeConfig
 
@@ -135,9 +135,10 @@ class VllmJudge:
         except Exception as exc:  # noqa: BLE001 - AssertionError from vllm.distributed.utils.divide
             return Verdict(False, "target QKVParallelLinear", _first_line(exc))
         kwargs: dict[str, Any] = dict(
-            target_model_config=target_cfg, target_parallel_config=parallel,
-            method=method, num_speculative_tokens=k,
+            target_model_config=target_cfg, target_parallel_config=parallel, method=method,
         )
+        if k is not None:  # omitted, as from a --speculative-config without the key
+            kwargs["num_speculative_tokens"] = k
         if draft is not None:
             kwargs["model"] = self.dirs[draft]
         if draft_tp is not None:

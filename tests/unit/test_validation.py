@@ -132,6 +132,10 @@ def test_k_defaults_from_dspark_block_size_and_is_required_where_nothing_provide
     assert "k-required" in codes(judge("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model", tp=1))
 
 
+def test_mtp_without_a_draft_model_needs_k_because_vllm_needs_it() -> None:
+    assert "k-required" in codes(judge("deepseek-ai__DeepSeek-V3", None, "mtp", tp=8))
+
+
 def test_mtp_needs_a_target_with_mtp_layers() -> None:
     assert judge("deepseek-ai__DeepSeek-V3", None, "mtp", tp=8, k=1).ok
     assert "mtp-no-layers" in codes(judge("moonshotai__Kimi-K3", None, "mtp", tp=8, k=1))

@@ -54,6 +54,11 @@ def resolve_num_speculative_tokens(spec: SpeculativeDeploymentSpec, draft: Geome
         return int(depth), [info("k-default", K_FIELD, f"suffix decoding defaults k to its tree depth ({depth})")]
     default = default_num_speculative_tokens(method, draft)
     findings: list[Finding] = []
+    if k is None and method == "mtp" and not spec.draft.model:
+        # SpeculativeConfig.__post_init__ makes the target its own MTP draft only when k is
+        # set; without k and a draft model there is no draft config to default from.
+        return None, [error("k-required", K_FIELD,
+                            "numSpeculativeTokens is required for mtp without draft.model: vLLM uses the target's MTP layers only when k is set (1 per MTP layer is typical)")]
     if k is None:
         if default is None or default <= 0:
             source = "block_size" if method == "dspark" else "n_predict"
