@@ -22,14 +22,14 @@ from specdeploy.sources.local import parse_config_text, weight_bytes_from_index
 def _download(repo_id: str, filename: str, revision: str | None, token: str | None, field: str) -> str | None:
     try:
         return hf_hub_download(repo_id, filename, revision=revision, token=token)
+    except LocalEntryNotFoundError as exc:  # subclass of EntryNotFoundError: test it first
+        raise SourceUnavailable(field, f"the Hub is unreachable for {repo_id} and nothing is cached: {exc}") from exc
     except EntryNotFoundError:
         return None
+    except GatedRepoError as exc:  # subclass of RepositoryNotFoundError
+        raise SourceInvalid(field, f"{repo_id} is gated: accept its license and set hfTokenSecretRef") from exc
     except (RepositoryNotFoundError, RevisionNotFoundError) as exc:
         raise SourceInvalid(field, f"{repo_id}@{revision or 'main'} not found on the Hub (private repos need hfTokenSecretRef)") from exc
-    except GatedRepoError as exc:
-        raise SourceInvalid(field, f"{repo_id} is gated: accept its license and set hfTokenSecretRef") from exc
-    except LocalEntryNotFoundError as exc:  # offline or unreachable, nothing cached
-        raise SourceUnavailable(field, f"the Hub is unreachable for {repo_id}: {exc}") from exc
     except HfHubHTTPError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if status is not None and 400 <= status < 500 and status not in (408, 429):
