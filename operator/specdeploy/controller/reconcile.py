@@ -12,8 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import pydantic
-
+from specdeploy.api.parse import parse_spec
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.controller.apply import apply_child
 from specdeploy.controller.conditions import (
@@ -43,16 +42,6 @@ class Result:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     retry: str | None = None  # message of a transient failure: the caller raises TemporaryError
     retry_delay: float = SOURCE_RETRY_DELAY_S
-
-
-def _pydantic_findings(exc: pydantic.ValidationError) -> list[dict[str, str]]:
-    findings = []
-    for err in exc.errors():
-        path = "spec"
-        for part in err["loc"]:
-            path += f"[{part}]" if isinstance(part, int) else f".{part}"
-        findings.append({"code": "invalid-spec", "severity": "error", "field": path, "message": err["msg"]})
-    return findings
 
 
 def _changes(previous: Mapping[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
@@ -105,10 +94,9 @@ class Reconciler:
             return Result(_changes(previous, desired), events, retry, delay)
 
         # 1. parse
-        try:
-            spec = SpeculativeDeploymentSpec.model_validate(dict(body.get("spec") or {}))
-        except pydantic.ValidationError as exc:
-            desired["findings"] = _pydantic_findings(exc)
+        spec, spec_findings = parse_spec(dict(body.get("spec") or {}))
+        if spec is None:
+            desired["findings"] = [f.to_dict() for f in spec_findings]
             first = desired["findings"][0]
             verdicts["Validated"] = Verdict("False", "InvalidSpec", f"{first['field']}: {first['message']}")
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "the spec does not parse")
