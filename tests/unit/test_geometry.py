@@ -108,3 +108,9 @@ def test_falcon_multi_query_counts_one_kv_head_unless_new_decoder_architecture(e
            "num_hidden_layers": 32, "vocab_size": 65024, **extra}
     geometry, findings = read_geometry(raw, "spec.target.config")
     assert findings == [] and geometry.num_kv_heads == kv
+
+
+def test_zero_kv_heads_on_an_attention_model_is_a_finding_not_a_pass() -> None:
+    raw = dict(load_config("Qwen__Qwen3-0.6B"), num_key_value_heads=0)
+    geometry, findings = read_geometry(raw, "spec.draft.config")
+    assert geometry is None and findings[0].field == "spec.draft.config.num_key_value_heads"

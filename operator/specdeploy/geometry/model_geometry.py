@@ -202,6 +202,9 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
         head_dim = 0
     head_size = int(kv_lora) + int(rope or 0) if uses_mla else head_dim
     kv_heads = _total_kv_heads(text, text_model_type, heads)
+    if kv_heads <= 0 and not attention_free:
+        return None, [error("config-missing-field", f"{field_prefix}.num_key_value_heads",
+                            f"num_key_value_heads is {kv_heads}; it must be a positive integer (at most num_attention_heads {heads})")]
 
     linear = _get(text, "linear_attn_config") or {}
     full_attn_layers = linear.get("full_attn_layers") if isinstance(linear, dict) else None

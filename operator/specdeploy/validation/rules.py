@@ -172,7 +172,7 @@ def check_model_tp(model: Geometry, tp: int, who: str, field: str) -> list[Findi
     if model.num_attention_heads % tp != 0:
         findings.append(error(f"{who}-heads-tp", field,
                               f"{who} has {model.num_attention_heads} attention heads, not divisible by tensor parallel size {tp} (allowed: {divisors_note(model.num_attention_heads)})"))
-    if not model.uses_mla and model.num_kv_heads:  # attention-free drafts have no QKV split
+    if not model.uses_mla and model.num_attention_heads:  # attention-free drafts have no QKV split
         findings += _kv_rule(model.num_attention_heads, model.num_kv_heads, tp, who, field)
     return findings
 
