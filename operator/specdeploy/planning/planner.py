@@ -19,7 +19,7 @@ from specdeploy.planning.memory import (
     state_bytes_per_sequence,
 )
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
-from specdeploy.validation.findings import Finding, error, has_errors, info
+from specdeploy.validation.findings import Finding, Severity, error, has_errors, info
 from specdeploy.validation.rules import (
     DRAFT_TP_FIELD,
     check_layout,
@@ -186,79 +186,103 @@ def _read_models(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_
     return _Models(target, draft, target_bytes, draft_bytes, source), findings
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """One valid candidate: what the plan is built from."""
+
+    tp: int
+    draft_tp: int | None
+    pp: int
+    nodes: int
+    gpus_per_pod: int
+    memory: MemoryEstimate | None
+    findings: tuple[Finding, ...]
+
+
+def _try_layout(spec: SpeculativeDeploymentSpec, models: _Models, tp: int, pp: int, gpu_gib: float | None,
+                max_model_len: int) -> tuple[Candidate, _Layout | None, list[Finding]]:
+    """Judge one (tp, pp): the candidate record, the layout if it is usable, and the
+    findings that rule it out (reported when no candidate is left)."""
+    per_node = spec.resources.gpu.per_node
+    draft_tp, draft_tp_findings = _draft_tp(spec, models.draft, tp)
+    findings = check_layout(spec, models.target, models.draft, tp, draft_tp, pp)
+    split = _nodes(tp * pp, per_node)
+    if split is None:
+        findings.append(error("layout-node-split", "spec.resources.gpu.perNode",
+                              f"{tp * pp} GPUs cannot be split evenly over nodes of {per_node} GPUs"))
+    if has_errors(findings):
+        reason = "; ".join(f.message for f in findings if f.severity is Severity.ERROR)
+        return Candidate(tp, pp, False, reason), None, findings
+    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len) if gpu_gib else None
+    if memory is not None and not memory.fits:
+        blocking = error("memory-does-not-fit", "spec.resources.gpu",
+                         f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences")
+        return Candidate(tp, pp, False, f"needs {memory.required_gib:.1f} GiB per GPU, budget {memory.budget_gib:.1f} GiB"), None, [blocking]
+    reason = "smallest valid layout that fits" if memory else "smallest valid layout (memory not checked)"
+    nodes, gpus_per_pod = split  # type: ignore[misc]
+    return Candidate(tp, pp, True, reason), _Layout(tp, draft_tp, pp, nodes, gpus_per_pod, memory, tuple(findings + draft_tp_findings)), []
+
+
+def _decisions(models: _Models, layout: _Layout, per_node: int) -> tuple[str, ...]:
+    target, draft = models.target, models.draft
+    decisions = [f"tensor parallel {layout.tp}: {target.num_attention_heads} target heads -> {target.num_attention_heads // layout.tp} per GPU"]
+    if draft is not None and layout.draft_tp is not None:
+        decisions.append(f"draft tensor parallel {layout.draft_tp}: {draft.num_attention_heads} draft heads -> {draft.num_attention_heads // layout.draft_tp} per GPU")
+    if layout.nodes > 1:
+        decisions.append(f"{layout.tp * layout.pp} GPUs exceed {per_node} per node: {layout.nodes} nodes of {layout.gpus_per_pod} GPUs per replica (LeaderWorkerSet)")
+    return tuple(decisions)
+
+
 def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_in: ModelInputs | None) -> Evaluation:
     """Validate the pair, then try layouts in preference order and keep the first that
     is valid and fits; the plan lists every candidate and why it lost."""
     models, findings = _read_models(spec, target_in, draft_in)
     if models is None:
         return Evaluation(tuple(findings), None)
-    target, draft = models.target, models.draft
-    findings += check_pair(spec, target, draft)
-    k, k_findings = resolve_num_speculative_tokens(spec, draft)
+    target = models.target
+    findings += check_pair(spec, target, models.draft)
+    k, k_findings = resolve_num_speculative_tokens(spec, models.draft)
     findings += k_findings
     gpu_gib, gpu_findings = _gpu_memory_gib(spec)
     findings += gpu_findings
     pair_failed = k is None or has_errors(findings)
 
     max_model_len = spec.serving.max_model_len or target.max_position_embeddings or 0
-    per_node = spec.resources.gpu.per_node
     candidates: list[Candidate] = []
-    chosen: tuple[int, int | None, int, MemoryEstimate | None, list[Finding], tuple[int, int]] | None = None
-    last_errors: list[Finding] = []
+    chosen: _Layout | None = None
+    blocking: list[Finding] = []
     for tp, pp in _candidate_layouts(spec, target):
-        draft_tp, draft_tp_findings = _draft_tp(spec, draft if spec.draft.method != "mtp" else None, tp)
-        if spec.draft.method == "mtp":
-            draft_tp = tp if spec.draft.tensor_parallel_size == "auto" else spec.draft.tensor_parallel_size
-        layout_findings = check_layout(spec, target, draft, tp, draft_tp, pp)
-        split = _nodes(tp * pp, per_node)
-        if split is None:
-            layout_findings.append(error("layout-node-split", "spec.resources.gpu.perNode",
-                                         f"{tp * pp} GPUs cannot be split evenly over nodes of {per_node} GPUs"))
-        if has_errors(layout_findings):
-            candidates.append(Candidate(tp, pp, False, "; ".join(f.message for f in layout_findings if f.severity.value == "error")))
-            last_errors = layout_findings
-            continue
-        memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len) if gpu_gib and not pair_failed else None
-        if memory is not None and not memory.fits:
-            candidates.append(Candidate(tp, pp, False, f"needs {memory.required_gib:.1f} GiB per GPU, budget {memory.budget_gib:.1f} GiB"))
-            last_errors = [error("memory-does-not-fit", "spec.resources.gpu",
-                                 f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences")]
-            continue
-        if pair_failed:  # report layout findings too, but never plan an invalid pair
-            last_errors = layout_findings
+        # An invalid pair still gets its layout findings (all reasons at once), never a plan.
+        candidate, layout, blocking = _try_layout(spec, models, tp, pp, None if pair_failed else gpu_gib, max_model_len)
+        if layout is not None and pair_failed:
+            blocking = list(layout.findings)
             break
-        candidates.append(Candidate(tp, pp, True, "smallest valid layout that fits" if memory else "smallest valid layout (memory not checked)"))
-        chosen = (tp, draft_tp, pp, memory, layout_findings + draft_tp_findings, split)  # type: ignore[assignment]
-        break
+        candidates.append(candidate)
+        if layout is not None:
+            chosen = layout
+            break
 
-    if chosen is None or pair_failed or k is None:
-        if chosen is None and len(candidates) > 1:
+    if chosen is None or k is None:
+        if not pair_failed and len(candidates) > 1:
             findings.append(error("no-layout", "spec.parallelism",
                                   f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6])))
-        findings += last_errors
-        return Evaluation(tuple(findings), None)
+        return Evaluation(tuple(findings + blocking), None)
 
-    tp, draft_tp, pp, memory, layout_findings, (nodes, gpus_per_pod) = chosen
-    findings += layout_findings
-    decisions = [f"tensor parallel {tp}: {target.num_attention_heads} target heads -> {target.num_attention_heads // tp} per GPU"]
-    if draft is not None and draft_tp is not None:
-        decisions.append(f"draft tensor parallel {draft_tp}: {draft.num_attention_heads} draft heads -> {draft.num_attention_heads // draft_tp} per GPU")
-    if nodes > 1:
-        decisions.append(f"{tp * pp} GPUs exceed {per_node} per node: {nodes} nodes of {gpus_per_pod} GPUs per replica (LeaderWorkerSet)")
+    findings += chosen.findings
     plan = Plan(
         method=spec.draft.method,
         num_speculative_tokens=k,
-        tensor_parallel_size=tp,
-        draft_tensor_parallel_size=draft_tp,
-        pipeline_parallel_size=pp,
-        nodes_per_replica=nodes,
-        gpus_per_pod=gpus_per_pod,
+        tensor_parallel_size=chosen.tp,
+        draft_tensor_parallel_size=chosen.draft_tp,
+        pipeline_parallel_size=chosen.pp,
+        nodes_per_replica=chosen.nodes,
+        gpus_per_pod=chosen.gpus_per_pod,
         max_model_len=max_model_len or None,
-        target=_layout(target, tp),
-        draft=_layout(draft, draft_tp or tp) if draft is not None else None,
-        memory=memory,
-        speculative_config=_speculative_config(spec, k, draft_tp),
+        target=_layout(target, chosen.tp),
+        draft=_layout(models.draft, chosen.draft_tp or chosen.tp) if models.draft is not None else None,
+        memory=chosen.memory,
+        speculative_config=_speculative_config(spec, k, chosen.draft_tp),
         candidates=tuple(candidates),
-        decisions=tuple(decisions),
+        decisions=_decisions(models, chosen, spec.resources.gpu.per_node),
     )
     return Evaluation(tuple(findings), plan)
