@@ -76,3 +76,13 @@ def test_gpu_catalog_aliases_and_clear_errors() -> None:
         lookup_gpu("A100")
     with pytest.raises(UnknownGpuError, match="unknown GPU 'T4'.*or set memoryGiB"):
         lookup_gpu("T4")
+
+
+def test_multi_node_layouts_keep_each_tensor_parallel_group_inside_a_node() -> None:
+    """vLLM numbers ranks TP-first: 2 nodes x 5 GPUs with TP 2 would split a TP group across nodes."""
+    plan = judge("meta-llama__Llama-3.1-70B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", k=3, tp="auto", pp="auto",
+                 resources={"gpu": {"product": "L4-24GB"}}, serving={"maxModelLen": 131072}).plan
+    assert plan.nodes_per_replica > 1
+    assert plan.gpus_per_pod % plan.tensor_parallel_size == 0 or plan.tensor_parallel_size % plan.gpus_per_pod == 0
+    rejected = [c for c in plan.candidates if (c.tensor_parallel_size, c.pipeline_parallel_size) == (2, 5)]
+    assert rejected and not rejected[0].accepted and "tensor-parallel group" in rejected[0].reason

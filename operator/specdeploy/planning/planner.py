@@ -112,10 +112,17 @@ def _memory(spec: SpeculativeDeploymentSpec, models: _Models, gpu_gib: float,
     )
 
 
-def _nodes(world: int, per_node: int) -> tuple[int, int] | None:
-    """(nodes, GPUs per pod) for a world of `world` GPUs, or None if it cannot split evenly."""
+def _nodes(tp: int, pp: int, per_node: int) -> tuple[int, int] | None:
+    """(nodes, GPUs per pod) for tp x pp GPUs, or None if they cannot split evenly. vLLM
+    numbers ranks TP-first, so a TP group must fill whole pods or fit inside one."""
+    world = tp * pp
     nodes = math.ceil(world / per_node)
-    return (nodes, world // nodes) if world % nodes == 0 else None
+    if world % nodes:
+        return None
+    per_pod = world // nodes
+    if nodes > 1 and per_pod % tp and tp % per_pod:
+        return None
+    return nodes, per_pod
 
 
 def _candidate_layouts(spec: SpeculativeDeploymentSpec, target: Geometry) -> list[tuple[int, int]]:
@@ -206,10 +213,10 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Models, tp: int, pp: i
     per_node = spec.resources.gpu.per_node
     draft_tp, draft_tp_findings = _draft_tp(spec, models.draft, tp)
     findings = check_layout(spec, models.target, models.draft, tp, draft_tp, pp)
-    split = _nodes(tp * pp, per_node)
+    split = _nodes(tp, pp, per_node)
     if split is None:
         findings.append(error("layout-node-split", "spec.resources.gpu.perNode",
-                              f"{tp * pp} GPUs cannot be split evenly over nodes of {per_node} GPUs"))
+                              f"TP {tp} x PP {pp} = {tp * pp} GPUs cannot be split over nodes of {per_node} GPUs with every tensor-parallel group inside a node or spanning whole nodes"))
     if has_errors(findings):
         reason = "; ".join(f.message for f in findings if f.severity is Severity.ERROR)
         return Candidate(tp, pp, False, reason), None, findings
