@@ -38,7 +38,9 @@ test: test-core test-vllm
 test-core: venv
 	$(PY) -m pytest -q tests/unit tests/integration
 
+# The suites skip without vLLM; importing it first makes a broken vLLM venv fail, not skip.
 test-vllm: vllm-venv
+	$(VLLM_PY) -c "import vllm, specdeploy; print('vLLM', vllm.__version__)"
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests/parity tests/e2e
 
 crd: venv
