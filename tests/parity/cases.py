@@ -71,6 +71,7 @@ DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
     ("Qwen__Qwen3-8B", "specforge__qwen3-8b-dflash", "dflash"),
     # Medusa and the MLP speculator (disabled in vLLM 0.32.0's registry)
     ("meta-llama__Llama-3.1-8B-Instruct", "medusa-llama3-8b", "medusa"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "medusa-old-format-vicuna", "medusa"),
     ("meta-llama__Llama-3.1-8B-Instruct", "mlp-speculator-llama3-8b", "mlp_speculator"),
     # Kimi-K3 DSpark drafts: both PR #54005 layouts, SpecForge templates, each rejection rule
     *((K3, d, "dspark") for d in K3_DRAFTS),
@@ -84,6 +85,7 @@ DEFAULT_K_PAIRS: tuple[tuple[str, str | None, str], ...] = (
     ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),
     ("meta-llama__Llama-3.1-8B-Instruct", "speculators-llama3.1-8b-eagle3", "eagle3"),
     ("meta-llama__Llama-3.1-8B-Instruct", None, "suffix"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "medusa-old-format-vicuna", "medusa"),
 )
 
 # MTP reads the target's own layers: targets with and without MTP layers.

@@ -160,3 +160,14 @@ def test_plan_speculative_config_is_what_vllm_gets() -> None:
 def test_speculators_eagle3_draft_is_valid_and_needs_k_set() -> None:
     assert judge("meta-llama__Llama-3.1-8B-Instruct", "speculators-llama3.1-8b-eagle3", "eagle3", tp=8, k=3).ok
     assert "k-required" in codes(judge("meta-llama__Llama-3.1-8B-Instruct", "speculators-llama3.1-8b-eagle3", "eagle3", tp=8))
+
+
+def test_old_format_medusa_is_read_the_way_vllm_rewrites_it() -> None:
+    """No model_type, no vocab_size, medusa_num_* keys: vLLM forces model_type medusa."""
+    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "medusa-old-format-vicuna", "medusa", tp=2, k=3)
+    assert evaluation.ok and evaluation.plan.draft.attention_heads_per_gpu == 0
+
+
+def test_mlp_speculator_is_refused_for_its_architecture_not_a_missing_head_count() -> None:
+    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "mlp-speculator-llama3-8b", "mlp_speculator", tp=1, k=3)
+    assert codes(evaluation) == {"draft-architecture-unsupported"}

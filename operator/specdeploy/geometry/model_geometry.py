@@ -23,8 +23,9 @@ _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_l
 
 
 # Drafts with no attention layers: vLLM reports 0 heads, 0 KV heads and head size 0 for
-# them (MedusaModelArchConfigConvertor); a Medusa config's `num_heads` counts its MLP heads.
-ATTENTION_FREE_MODEL_TYPES = frozenset({"medusa"})
+# them (MedusaModelArchConfigConvertor; MLPSpeculatorConfig has no head count at all); a
+# Medusa config's `num_heads` counts its MLP heads.
+ATTENTION_FREE_MODEL_TYPES = frozenset({"medusa", "mlp_speculator"})
 
 
 def _total_kv_heads(text: Any, model_type: str, heads: int) -> int:
@@ -173,10 +174,10 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
     findings: list[Finding] = []
     attention_free = _get(config, "model_type") in ATTENTION_FREE_MODEL_TYPES
     required = {"num_attention_heads": 0 if attention_free else _first(text, ("num_attention_heads", "n_head", "num_heads", "n_heads")),
-                "num_hidden_layers": _first(text, ("num_hidden_layers", "n_layer", "num_layers", "n_layers")),
+                "num_hidden_layers": _first(text, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"), 0 if attention_free else None),
                 "vocab_size": _get(text, "vocab_size") or _get(config, "vocab_size")}
     for key, value in required.items():
-        if not isinstance(value, int) or value < 0 or (value == 0 and not attention_free):
+        if not isinstance(value, int) or value < 0 or (value == 0 and not (attention_free and key != "vocab_size")):
             findings.append(error("config-missing-field", f"{field_prefix}.{key}",
                                   f"config.json has no usable {key} (got {value!r}); it must be a positive integer"))
     if findings:
@@ -186,7 +187,7 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
     layers = int(required["num_hidden_layers"])
     model_type = str(_get(config, "model_type") or "")
     text_model_type = str(_get(text, "model_type") or model_type)
-    hidden = int(_first(text, ("hidden_size", "n_embd", "d_model"), 0) or 0)
+    hidden = int(_first(text, ("hidden_size", "n_embd", "d_model", "emb_dim"), 0) or 0)
     kv_lora = _get(text, "kv_lora_rank")
     # vLLM decides MLA by model_type + kv_lora_rank (`is_deepseek_mla`), never by hidden/heads.
     uses_mla = vllm_support.is_mla_model_type(text_model_type) and kv_lora is not None

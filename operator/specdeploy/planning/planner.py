@@ -9,6 +9,7 @@ from typing import Any
 
 from specdeploy.api.spec import MODEL_FREE_METHODS, SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry, read_geometry
+from specdeploy.geometry.drafts import vllm_draft_config
 from specdeploy.pipeline import Evaluation, ModelInputs
 from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
 from specdeploy.planning.memory import (
@@ -185,7 +186,8 @@ def _read_models(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_
             findings.append(error("draft-config-missing", "spec.draft.config",
                                   f"method {method} needs the draft's config.json (draft.config, draft.configMapRef, or a reachable draft.model)"))
         else:
-            draft, draft_findings = read_geometry(draft_in.config, "spec.draft.config")
+            draft_config = vllm_draft_config(method, draft_in.config, target.vocab_size) if target else draft_in.config
+            draft, draft_findings = read_geometry(draft_config, "spec.draft.config")
             findings += draft_findings
     if target is None or has_errors(findings):
         return None, findings
