@@ -59,6 +59,8 @@ DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
     ("deepseek-ai__DeepSeek-V3", "deepseek-ai__DeepSeek-V2-Lite", "draft_model"),
     # EAGLE / EAGLE3 heads
     ("meta-llama__Llama-3.1-8B-Instruct", "SafeAILab__EAGLE-LLaMA3-Instruct-8B", "eagle"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "eagle-format-llama3-8b", "eagle"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "eagle-format-llama3-8b", "eagle3"),
     ("meta-llama__Llama-3.1-70B-Instruct", "SafeAILab__EAGLE-LLaMA3-Instruct-8B", "eagle"),
     ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),
     ("meta-llama__Llama-3.1-70B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),
@@ -80,6 +82,8 @@ DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
 DEFAULT_K_PAIRS: tuple[tuple[str, str | None, str], ...] = (
     (K3, "k3-dspark-released", "dspark"),
     (K3, "k3-dspark-block5", "dspark"),
+    (K3, "specforge__kimi-k3-dspark", "dspark"),
+    (K3, "dspark-qwen3-block-size-in-dflash-config", "dspark"),
     ("deepseek-ai__DeepSeek-V3", None, "mtp"),
     ("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model"),
     ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),

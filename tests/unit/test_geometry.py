@@ -114,3 +114,14 @@ def test_zero_kv_heads_on_an_attention_model_is_a_finding_not_a_pass() -> None:
     raw = dict(load_config("Qwen__Qwen3-0.6B"), num_key_value_heads=0)
     geometry, findings = read_geometry(raw, "spec.draft.config")
     assert geometry is None and findings[0].field == "spec.draft.config.num_key_value_heads"
+
+
+def test_vllm_eagle_format_reads_the_inner_model_with_eagle_architectures() -> None:
+    geometry, findings = read_geometry(load_config("eagle-format-llama3-8b"), "spec.draft.config")
+    assert findings == [] and geometry.model_type == "eagle"
+    assert geometry.architectures == ("EagleLlamaForCausalLM",) and geometry.num_attention_heads == 32
+
+
+def test_dspark_block_size_is_read_only_where_vllm_reads_it() -> None:
+    assert read_geometry(load_config("specforge__kimi-k3-dspark"), "d")[0].block_size == 7
+    assert read_geometry(load_config("dspark-qwen3-block-size-in-dflash-config"), "d")[0].block_size is None

@@ -11,6 +11,7 @@ from typing import Any
 
 from transformers import CONFIG_MAPPING, PretrainedConfig
 
+from specdeploy.geometry.eagle_format import eagle_text_config, is_eagle_format
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
 from specdeploy.geometry.speculators import is_speculators_config, speculators_text_config
 from specdeploy.validation import vllm_support
@@ -165,9 +166,11 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
     """Geometry of one config.json; findings name `field_prefix`.<key> for what is wrong."""
     if not isinstance(raw, dict):
         return None, [error("config-not-object", field_prefix, "config.json must be a JSON object")]
-    speculators = is_speculators_config(raw)
+    # Wrapper formats vLLM unwraps itself; their architectures are final (no EAGLE re-wrap).
+    wrapper = "speculators" if is_speculators_config(raw) else "eagle" if is_eagle_format(raw) else None
     try:
-        config = parse_config(speculators_text_config(raw) if speculators else raw)
+        unwrapped = {"speculators": speculators_text_config, "eagle": eagle_text_config}[wrapper](raw) if wrapper else raw
+        config = parse_config(unwrapped)
     except (ConfigRejected, ValueError) as exc:
         return None, [error("config-rejected", field_prefix, str(exc))]
     text = text_config_of(config)
@@ -221,11 +224,12 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
     # A speculators checkpoint's proposal count is not a default vLLM applies to a draft
     # (SpeculativeConfig reads only hf_config.n_predict), so it is not read here either.
     n_predict = _get(config, "n_predict")
-    dflash = _get(config, "dflash_config") or {}
-    block_size = _get(config, "block_size") or _get(config, "dspark_block_size") or (dflash.get("block_size") if isinstance(dflash, dict) else None)
+    # DSpark's default k: block_size or dspark_block_size only (vllm/config/speculative.py);
+    # a dflash_config.block_size is not read by vLLM for that.
+    block_size = _get(config, "block_size") or _get(config, "dspark_block_size")
 
     geometry = Geometry(
-        model_type="speculators" if speculators else model_type,
+        model_type=wrapper or model_type,
         text_model_type=text_model_type,
         architectures=tuple(_get(config, "architectures") or _get(text, "architectures") or ()),
         hidden_size=hidden,

@@ -49,8 +49,8 @@ def effective_draft_architectures(method: str, draft: Geometry) -> list[str]:
     """The architecture names vLLM looks up for the draft under `method`: the EAGLE
     renaming, DSpark's rename of a Qwen3 `DSparkDraftModel` to `Qwen3DSparkModel`, and
     none for speculators-format drafts (vllm/config/speculative.py skips the EAGLEConfig wrap)."""
-    if draft.model_type == "speculators":
-        return list(draft.architectures)  # SpeculatorsConfig already chose them; no EAGLE wrap
+    if draft.model_type in ("speculators", "eagle"):
+        return list(draft.architectures)  # their config classes already chose them; no EAGLE re-wrap
     if method == "dspark" and "DSparkDraftModel" in draft.architectures and draft.model_type == "qwen3":
         return ["Qwen3DSparkModel"]
     return vllm_support.draft_architectures(method, draft.architectures)

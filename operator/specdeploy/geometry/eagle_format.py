@@ -1,0 +1,23 @@
+"""Drafts saved in vLLM's own EAGLE format (model_type "eagle", the layer config under `model`).
+
+vLLM parses them with EAGLEConfig (vllm/transformers_utils/configs/eagle.py): the inner config
+is built with AutoConfig, its attributes become the draft's, and the architectures are the
+inner ones with an "Eagle" prefix (EAGLEConfig's default method). SpeculativeConfig does not
+wrap them again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def is_eagle_format(raw: dict[str, Any]) -> bool:
+    return raw.get("model_type") == "eagle" and isinstance(raw.get("model"), dict)
+
+
+def eagle_text_config(raw: dict[str, Any]) -> dict[str, Any]:
+    inner = dict(raw["model"])
+    for key, value in raw.items():
+        if key not in ("model", "architectures", "model_type") and key in inner:
+            inner[key] = value  # EAGLEConfig sets its own kwargs on the inner config
+    inner["architectures"] = [a if a.startswith("Eagle") else f"Eagle{a}" for a in inner.get("architectures") or []]
+    return inner
