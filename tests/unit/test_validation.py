@@ -171,3 +171,21 @@ def test_old_format_medusa_is_read_the_way_vllm_rewrites_it() -> None:
 def test_mlp_speculator_is_refused_for_its_architecture_not_a_missing_head_count() -> None:
     evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "mlp-speculator-llama3-8b", "mlp_speculator", tp=1, k=3)
     assert codes(evaluation) == {"draft-architecture-unsupported"}
+
+
+@pytest.mark.parametrize("length, ok", [(2048, True), (4096, False)])
+def test_speculative_max_model_len_is_bounded_by_the_draft(length: int, ok: bool) -> None:
+    """vLLM: speculative max_model_len <= min(draft's, target's) (checked against vLLM 0.32)."""
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": "t"}, "parallelism": {"tensorParallelSize": 1},
+        "draft": {"method": "eagle3", "model": "d", "numSpeculativeTokens": 3, "speculativeConfig": {"max_model_len": length}}})
+    evaluation = evaluate(spec, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), ModelInputs(load_config("specforge__llama3-8B-eagle3")))
+    assert evaluation.ok is ok
+    if not ok:
+        assert {f.field for f in evaluation.findings if f.severity.value == "error"} == {"spec.draft.speculativeConfig.max_model_len"}
+
+
+def test_max_model_len_beyond_what_vllm_derives_is_refused_with_the_limit() -> None:
+    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", None, "ngram", tp=1, k=3, serving={"maxModelLen": 200000})
+    finding = next(f for f in evaluation.findings if f.code == "max-model-len-too-long")
+    assert finding.field == "spec.serving.maxModelLen" and "131072" in finding.message

@@ -129,7 +129,7 @@ KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_d
 
 
 class ServingSpec(SpecModel):
-    max_model_len: int | None = Field(None, ge=1, description="Context length served (--max-model-len). Default: the target's max_position_embeddings.")
+    max_model_len: int | None = Field(None, ge=1, description="Context length served (--max-model-len). Default: what vLLM derives from the target's config (max_position_embeddings and RoPE scaling).")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="Fraction of each GPU's memory vLLM may use for weights, activations and KV cache.")
     kv_cache_dtype: KvCacheDtype = Field("auto", description="KV cache dtype (--kv-cache-dtype); auto uses the model dtype.")
     min_concurrent_sequences: int = Field(1, ge=1, description="Sequences of maxModelLen tokens the KV cache must hold at once; the plan fails if it cannot.")

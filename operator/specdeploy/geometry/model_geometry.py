@@ -11,6 +11,7 @@ from typing import Any
 
 from transformers import CONFIG_MAPPING, PretrainedConfig
 
+from specdeploy.geometry.context_length import derived_max_model_len
 from specdeploy.geometry.eagle_format import eagle_text_config, is_eagle_format
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
 from specdeploy.geometry.speculators import is_speculators_config, speculators_text_config
@@ -66,6 +67,7 @@ class Geometry:
     quant_method: str | None
     weight_bits: float | None
     max_position_embeddings: int | None
+    derived_max_model_len: int  # the longest --max-model-len vLLM accepts for this config
     block_size: int | None
     n_predict: int | None
     num_nextn_predict_layers: int | None
@@ -249,6 +251,7 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
         quant_method=quant_method,
         weight_bits=bits,
         max_position_embeddings=_first(text, _MAX_LEN_KEYS),
+        derived_max_model_len=derived_max_model_len(config, text),
         block_size=block_size,
         n_predict=n_predict,
         num_nextn_predict_layers=_get(text, "num_nextn_predict_layers"),

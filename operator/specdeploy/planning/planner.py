@@ -256,7 +256,7 @@ def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, dra
     findings += gpu_findings
     pair_failed = k is None or has_errors(findings)
 
-    max_model_len = spec.serving.max_model_len or target.max_position_embeddings or 0
+    max_model_len = spec.serving.max_model_len or target.derived_max_model_len
     candidates: list[Candidate] = []
     chosen: _Layout | None = None
     blocking: list[Finding] = []

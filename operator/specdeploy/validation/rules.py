@@ -134,10 +134,27 @@ def _check_vocab(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geome
 def _check_max_model_len(spec: SpeculativeDeploymentSpec, target: Geometry) -> list[Finding]:
     # vllm/config/model.py _get_and_verify_max_len: a longer max_model_len than the
     # config derives is an error unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set.
-    wanted, limit = spec.serving.max_model_len, target.max_position_embeddings
-    if wanted is not None and limit is not None and wanted > limit:
+    wanted, limit = spec.serving.max_model_len, target.derived_max_model_len
+    if wanted is not None and wanted > limit:
         return [error("max-model-len-too-long", "spec.serving.maxModelLen",
-                      f"maxModelLen {wanted} exceeds the target's max_position_embeddings {limit}; use at most {limit}")]
+                      f"maxModelLen {wanted} exceeds the {limit} tokens vLLM derives from the target's config (position keys and RoPE scaling); use at most {limit}")]
+    return []
+
+
+def _check_draft_max_model_len(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
+    # SpeculativeConfig._maybe_override_draft_max_model_len (vllm/config/speculative.py): a
+    # speculative max_model_len may not exceed the draft's or the target's length.
+    wanted = spec.draft.speculative_config.get("max_model_len")
+    if wanted is None or draft is None:
+        return []
+    field = f"{PASSTHROUGH_FIELD}.max_model_len"
+    if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 1:
+        return [error("speculative-max-model-len", field, f"max_model_len must be an integer >= 1, got {wanted!r}")]
+    target_len = spec.serving.max_model_len or target.derived_max_model_len
+    limit = min(draft.derived_max_model_len, target_len)
+    if wanted > limit:
+        return [error("speculative-max-model-len", field,
+                      f"max_model_len {wanted} exceeds what the draft ({draft.derived_max_model_len}) and the target ({target_len}) allow; use at most {limit}")]
     return []
 
 
@@ -147,6 +164,7 @@ def check_pair(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometr
     findings += _check_architectures(spec, target, draft)
     findings += _check_vocab(spec, target, draft)
     findings += _check_max_model_len(spec, target)
+    findings += _check_draft_max_model_len(spec, target, draft)
     if spec.draft.method == "suffix":
         findings.append(warning("suffix-needs-arctic-inference", "spec.draft.method",
                                 "suffix decoding needs the arctic-inference package in the vLLM image"))
