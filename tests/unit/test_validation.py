@@ -189,3 +189,48 @@ def test_max_model_len_beyond_what_vllm_derives_is_refused_with_the_limit() -> N
     evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", None, "ngram", tp=1, k=3, serving={"maxModelLen": 200000})
     finding = next(f for f in evaluation.findings if f.code == "max-model-len-too-long")
     assert finding.field == "spec.serving.maxModelLen" and "131072" in finding.message
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"draft_sample_method": "nucleus"}, "draft_sample_method"),
+    ({"parallel_drafting": "maybe"}, "parallel_drafting"),
+    ({"prompt_lookup_max": 0}, "prompt_lookup_max"),
+    ({"dspark_draft_topk": 4}, "dspark_draft_topk"),
+    ({"synthetic_acceptance_length": 2.5}, "synthetic_acceptance_length"),
+    ({"rejection_sample_method": "synthetic"}, "rejection_sample_method"),
+    ({"use_heterogeneous_vocab": True}, "use_heterogeneous_vocab"),
+])
+def test_speculative_config_values_vllm_refuses_are_findings_on_that_key(extra: dict, field: str) -> None:
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": "t"}, "parallelism": {"tensorParallelSize": 1},
+        "draft": {"method": "eagle3", "model": "d", "numSpeculativeTokens": 3, "speculativeConfig": extra}})
+    evaluation = evaluate(spec, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), ModelInputs(load_config("specforge__llama3-8B-eagle3")))
+    assert not evaluation.ok
+    assert {f.field for f in evaluation.findings if f.severity.value == "error"} == {f"spec.draft.speculativeConfig.{field}"}
+
+
+def test_speculative_config_values_are_coerced_as_vllm_coerces_them() -> None:
+    """vLLM's SpeculativeConfig is a lax pydantic dataclass: "yes" is a valid boolean there."""
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": "t"}, "parallelism": {"tensorParallelSize": 1},
+        "draft": {"method": "eagle3", "model": "d", "numSpeculativeTokens": 3, "speculativeConfig": {"parallel_drafting": "yes", "prompt_lookup_max": "4"}}})
+    assert evaluate(spec, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), ModelInputs(load_config("specforge__llama3-8B-eagle3"))).ok
+
+
+def test_recipe_speculative_config_keys_pass() -> None:
+    """The Kimi-K3 recipe's pass-through keys are accepted as they are."""
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": "t"}, "parallelism": {"tensorParallelSize": 8},
+        "draft": {"method": "dspark", "model": "d", "numSpeculativeTokens": 7, "speculativeConfig": {
+            "attention_backend": "FLASHINFER_MLA", "draft_sample_method": "probabilistic", "rejection_sample_method": "block"}}})
+    assert evaluate(spec, ModelInputs(load_config("moonshotai__Kimi-K3")), ModelInputs(load_config("k3-dspark-released"))).ok
+
+
+def test_suffix_decoding_bounds_apply_only_to_suffix() -> None:
+    def verdict(method: str) -> Evaluation:
+        spec = SpeculativeDeploymentSpec.model_validate({
+            "target": {"model": "t"}, "parallelism": {"tensorParallelSize": 1},
+            "draft": {"method": method, "numSpeculativeTokens": 3, "speculativeConfig": {"suffix_decoding_min_token_prob": 1.5}}})
+        return evaluate(spec, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), None)
+    assert "speculative-config-range" in codes(verdict("suffix"))
+    assert verdict("ngram").ok

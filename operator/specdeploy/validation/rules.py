@@ -9,6 +9,7 @@ from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry
 from specdeploy.validation import vllm_support
 from specdeploy.validation.findings import Finding, error, info, warning
+from specdeploy.validation.passthrough import FIELD as PASSTHROUGH_FIELD, check_speculative_passthrough
 from specdeploy.validation.methods import (
     DSPARK_ARCHITECTURES,
     NO_PIPELINE_PARALLEL,
@@ -21,26 +22,6 @@ TP_FIELD = "spec.parallelism.tensorParallelSize"
 PP_FIELD = "spec.parallelism.pipelineParallelSize"
 DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
 K_FIELD = "spec.draft.numSpeculativeTokens"
-PASSTHROUGH_FIELD = "spec.draft.speculativeConfig"
-
-# SpeculativeConfig keys the plan writes itself; the pass-through may not set them.
-OWNED_SPECULATIVE_KEYS = frozenset({
-    "model", "method", "num_speculative_tokens", "draft_tensor_parallel_size", "revision",
-    "tensor_parallel_size", "target_model_config", "target_parallel_config",
-    "draft_model_config", "draft_parallel_config",
-})
-# Every init field of vLLM 0.32.0's SpeculativeConfig (vllm/config/speculative.py).
-SPECULATIVE_CONFIG_KEYS = frozenset({
-    "attention_backend", "code_revision", "disable_eagle_block_drop", "disable_padded_drafter_batch",
-    "draft_load_config", "draft_sample_method", "dspark_draft_topk", "enable_adaptive_verification",
-    "enforce_eager", "index_share_for_mtp_iteration", "kv_cache_dtype", "max_model_len", "moe_backend",
-    "num_speculative_tokens_per_batch_size", "parallel_drafting", "prompt_lookup_max", "prompt_lookup_min",
-    "quantization", "rejection_sample_method", "suffix_decoding_max_cached_requests",
-    "suffix_decoding_max_spec_factor", "suffix_decoding_max_tree_depth", "suffix_decoding_min_token_prob",
-    "synthetic_acceptance_length", "synthetic_acceptance_rates", "use_heterogeneous_vocab",
-    "use_local_argmax_reduction",
-}) | OWNED_SPECULATIVE_KEYS
-
 
 def divisors_note(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
@@ -73,19 +54,6 @@ def resolve_num_speculative_tokens(spec: SpeculativeDeploymentSpec, draft: Geome
         findings.append(error("k-not-multiple-of-n-predict", K_FIELD,
                               f"numSpeculativeTokens {k} exceeds the draft's n_predict {n_predict} and must then be a multiple of it (vLLM reuses the {n_predict} prediction heads)"))
     return k, findings
-
-
-def _check_speculative_passthrough(spec: SpeculativeDeploymentSpec) -> list[Finding]:
-    findings = []
-    for key in sorted(spec.draft.speculative_config):
-        field = f"{PASSTHROUGH_FIELD}.{key}"
-        if key in OWNED_SPECULATIVE_KEYS:
-            findings.append(error("speculative-config-owned-key", field,
-                                  f"{key} is set by the operator from spec.draft (method, model, numSpeculativeTokens, tensorParallelSize, revision); remove it here"))
-        elif key not in SPECULATIVE_CONFIG_KEYS:
-            findings.append(error("speculative-config-unknown-key", field,
-                                  f"{key} is not a vLLM {vllm_support.VLLM_VERSION} SpeculativeConfig field; allowed: {', '.join(sorted(SPECULATIVE_CONFIG_KEYS - OWNED_SPECULATIVE_KEYS))}"))
-    return findings
 
 
 def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
@@ -160,7 +128,7 @@ def _check_draft_max_model_len(spec: SpeculativeDeploymentSpec, target: Geometry
 
 def check_pair(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
     """Rules that hold for every parallel layout."""
-    findings = _check_speculative_passthrough(spec)
+    findings = check_speculative_passthrough(spec)
     findings += _check_architectures(spec, target, draft)
     findings += _check_vocab(spec, target, draft)
     findings += _check_max_model_len(spec, target)
