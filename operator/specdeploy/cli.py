@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from specdeploy.api.spec import METHODS, MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS
+
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
@@ -35,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a target/draft pair and plan its layout")
     validate.add_argument("--target", required=True, help="config.json, a directory holding one, or a Hub repo id")
     validate.add_argument("--draft", help="the draft's config.json, directory or Hub repo id (not for ngram/suffix/mtp)")
-    validate.add_argument("--method", required=True, help="speculative method (dspark, eagle, eagle3, mtp, draft_model, dflash, ngram, medusa, mlp_speculator, suffix)")
+    validate.add_argument("--method", required=True, choices=METHODS, help="speculative method")
     validate.add_argument("--tp", type=_int_or_auto, default="auto", help="target tensor parallel size (default auto)")
     validate.add_argument("--draft-tp", type=_int_or_auto, default="auto", help="draft tensor parallel size: 1, equal to --tp, or auto")
     validate.add_argument("--pp", type=_int_or_auto, default=1, help="pipeline parallel size (default 1)")
@@ -77,6 +79,14 @@ def _print_text(evaluation: Any) -> None:
         if plan.memory is not None:
             m = plan.memory
             print(f"  memory/GPU: weights {m.target_weights_gib + m.draft_weights_gib:.1f} GiB + KV {m.kv_cache_gib:.1f} GiB + reserve {m.activation_reserve_gib:.1f} GiB = {m.required_gib:.1f} of {m.budget_gib:.1f} GiB")
+
+
+def _check_draft_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--draft is required exactly when the method drafts with a checkpoint of its own."""
+    if args.method in MODEL_FREE_METHODS and args.draft:
+        parser.error(f"--method {args.method} uses no draft model: drop --draft")
+    if args.method not in MODEL_FREE_METHODS | TARGET_AS_DRAFT_METHODS and not args.draft:
+        parser.error(f"--method {args.method} needs --draft (a config.json, a directory holding one, or a Hub repo id)")
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -147,7 +157,10 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "validate":
+        _check_draft_flag(parser, args)
     from specdeploy.sources import SourceInvalid, SourceUnavailable
 
     try:

@@ -60,6 +60,9 @@ def test_directory_holding_config_json_is_accepted(tmp_path: Path) -> None:
     ("validate", "--target", "/nonexistent/config.json", "--method", "ngram"),
     ("validate", "--target", K3, "--method", "ngram", "--tp", "zero"),
     ("plan", "-f", "/nonexistent.yaml"),
+    ("validate", "--target", K3, "--method", "eagle9"),
+    ("validate", "--target", K3, "--method", "eagle3"),
+    ("validate", "--target", K3, "--method", "ngram", "--draft", K3),
 ])
 def test_usage_and_io_errors_exit_2_with_a_message(args: tuple[str, ...]) -> None:
     result = run(*args)
