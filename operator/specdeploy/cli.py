@@ -122,16 +122,35 @@ def _validate(args: argparse.Namespace) -> int:
     return EXIT_VALID if evaluation.ok else EXIT_INVALID
 
 
+def _read_stream(text: str, filename: str) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """The SpeculativeDeployment (or bare spec) of a YAML stream, and the ConfigMaps beside it
+    (as `kustomize build` or `kubectl create configmap --dry-run=client -o yaml` emit them)."""
+    from specdeploy.api.spec import KIND
+
+    documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    if not all(isinstance(d, dict) for d in documents):
+        raise ValueError(f"{filename} must hold YAML mappings")
+    configmaps = {(d.get("metadata") or {}).get("name", ""): dict(d.get("data") or {}) for d in documents if d.get("kind") == "ConfigMap"}
+    deployments = [d for d in documents if d.get("kind") == KIND] or [d for d in documents if not d.get("kind")]
+    if len(deployments) != 1:
+        raise ValueError(f"{filename} must hold exactly one {KIND} (found {len(deployments)})")
+    return deployments[0], configmaps
+
+
 def _plan(args: argparse.Namespace) -> int:
     from specdeploy.api.parse import parse_spec, spec_of_document
     from specdeploy.pipeline import Evaluation, evaluate
     from specdeploy.render import render_manifests
-    from specdeploy.sources import resolve_model
+    from specdeploy.sources import SourceInvalid, resolve_model
 
     text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
-    document = yaml.safe_load(text)
-    if not isinstance(document, dict):
-        raise ValueError(f"{args.filename} must hold one YAML mapping (a SpeculativeDeployment)")
+    document, configmaps = _read_stream(text, args.filename)
+
+    def configmap_reader(name: str, key: str) -> str:
+        if key not in configmaps.get(name, {}):
+            raise SourceInvalid("configMapRef", f"ConfigMap {name} with key {key} is not in {args.filename}: add it to the stream or inline the config")
+        return configmaps[name][key]
+
     metadata = document.get("metadata") or {}
     name = metadata.get("name", "specdeploy")
     namespace = args.namespace or metadata.get("namespace") or "default"
@@ -140,8 +159,8 @@ def _plan(args: argparse.Namespace) -> int:
     if spec is None:
         evaluation = Evaluation(tuple(findings), None)
     else:
-        target = resolve_model(spec.target, "spec.target", hf_token=_hf_token())
-        draft = resolve_model(spec.draft, "spec.draft", hf_token=_hf_token()) if spec.draft.has_own_checkpoint else None
+        target = resolve_model(spec.target, "spec.target", hf_token=_hf_token(), configmap_reader=configmap_reader)
+        draft = resolve_model(spec.draft, "spec.draft", hf_token=_hf_token(), configmap_reader=configmap_reader) if spec.draft.has_own_checkpoint else None
         evaluation = evaluate(spec, target, draft)
         if evaluation.ok and evaluation.plan is not None:
             manifests = render_manifests(spec, evaluation.plan, name=name, namespace=namespace)

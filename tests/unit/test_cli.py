@@ -86,3 +86,18 @@ def test_rollout_limits_must_be_counts_or_percentages(tmp_path: Path) -> None:
     assert result.returncode == 1
     finding = json.loads(result.stdout)["findings"][0]
     assert finding["field"] == "spec.rollout.maxSurge" and "percentage" in finding["message"]
+
+
+def test_plan_reads_config_maps_from_the_same_stream(tmp_path: Path) -> None:
+    """`kubectl create configmap ... --dry-run=client -o yaml` beside the CR, as GitOps repos keep them."""
+    example = (Path(__file__).parents[2] / "examples" / "llama-3.1-70b-eagle3.yaml").read_text()
+    draft = (MODEL_CONFIGS / "specforge__llama3-8B-eagle3.json").read_text()
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "llama-70b-eagle3-draft"}, "data": {"config.json": draft}}
+    stream = tmp_path / "stream.yaml"
+    stream.write_text(example + "\n---\n" + json.dumps(configmap))
+    result = run("plan", "-f", str(stream), "-o", "json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert [m["kind"] for m in out["manifests"]] == ["Deployment", "Service", "PodDisruptionBudget"]
+    without = run("plan", "-f", str(Path(__file__).parents[2] / "examples" / "llama-3.1-70b-eagle3.yaml"))
+    assert without.returncode == 2 and "spec.draft.configMapRef" in without.stderr and "llama-70b-eagle3-draft" in without.stderr

@@ -8,7 +8,7 @@ from typing import Callable
 
 from specdeploy.api.spec import DraftSpec, ModelSource
 from specdeploy.pipeline import ModelInputs
-from specdeploy.sources.errors import SourceInvalid
+from specdeploy.sources.errors import SourceError, SourceInvalid
 from specdeploy.sources.hub import read_hub
 from specdeploy.sources.local import parse_config_text, read_local
 
@@ -37,7 +37,10 @@ def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str 
         ref = source.config_map_ref
         if configmap_reader is None:
             raise SourceInvalid(f"{field}.configMapRef", "configMapRef needs the operator (or `plan` with a cluster); inline the config instead")
-        text = configmap_reader(ref.name, ref.key)
+        try:
+            text = configmap_reader(ref.name, ref.key)
+        except SourceError as exc:  # readers know the ConfigMap, not which spec field asked
+            raise type(exc)(f"{field}.configMapRef", exc.message) from exc
         return ModelInputs(config=parse_config_text(text, f"{field}.configMapRef", f"ConfigMap {ref.name} key {ref.key}"), origin=f"configmap:{ref.name}")
     if not source.model:
         raise SourceInvalid(f"{field}.model", "no model, config or configMapRef to read config.json from")
