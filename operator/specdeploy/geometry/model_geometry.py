@@ -14,6 +14,7 @@ from transformers import CONFIG_MAPPING, PretrainedConfig
 from specdeploy.geometry.context_length import derived_max_model_len
 from specdeploy.geometry.eagle_format import eagle_text_config, is_eagle_format
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
+from specdeploy.geometry.mtp import MtpModule, mtp_module
 from specdeploy.geometry.speculators import is_speculators_config, speculators_text_config
 from specdeploy.validation import vllm_support
 from specdeploy.validation.findings import Finding, error
@@ -71,6 +72,7 @@ class Geometry:
     block_size: int | None
     n_predict: int | None
     num_nextn_predict_layers: int | None
+    mtp: MtpModule | None  # the MTP module vLLM would build from this model as a target
     kv_lora_rank: int | None = None
     q_lora_rank: int | None = None
     qk_nope_head_dim: int | None = None
@@ -255,6 +257,7 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
         block_size=block_size,
         n_predict=n_predict,
         num_nextn_predict_layers=_get(text, "num_nextn_predict_layers"),
+        mtp=mtp_module(config, text),
         kv_lora_rank=kv_lora,
         q_lora_rank=_get(text, "q_lora_rank"),
         qk_nope_head_dim=_get(text, "qk_nope_head_dim"),

@@ -89,7 +89,7 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
 
 def _draft_kv_layers(method: str, draft: Geometry) -> int:
     if method == "mtp":
-        return draft.num_nextn_predict_layers or 0
+        return (draft.mtp.n_predict if draft.mtp else None) or 1
     return draft.num_kv_cache_layers
 
 

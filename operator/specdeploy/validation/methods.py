@@ -13,38 +13,6 @@ NO_PIPELINE_PARALLEL = frozenset({"dspark", "mtp"})
 # rewritten into DeepSeek-V4's in-checkpoint DSpark head.
 DSPARK_ARCHITECTURES = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel", "K3DSparkModel"})
 
-# Target model_type -> (MTP draft architecture, where n_predict comes from); a subset of
-# SpeculativeConfig.hf_config_override covering the MTP families vLLM serves.
-MTP_BY_MODEL_TYPE: dict[str, str] = {
-    "deepseek_v3": "DeepSeekMTPModel",
-    "deepseek_v32": "DeepseekV32MTPModel",
-    "glm_moe_dsa": "DeepseekV32MTPModel",
-    "deepseek_mtp": "DeepSeekMTPModel",
-    "kimi_k3": "KimiK3MTPModel",
-    "pangu_ultra_moe": "OpenPanguMTPModel",
-    "ernie4_5_moe": "ErnieMTPModel",
-    "qwen3_next": "Qwen3NextMTP",
-    "longcat_flash": "LongCatFlashMTPModel",
-    "exaone_moe": "ExaoneMoeMTP",
-    "bailing_hybrid": "BailingMoeV25MTPModel",
-}
-MTP_BY_ARCHITECTURE: dict[str, str] = {
-    "MiMoForCausalLM": "MiMoMTPModel",
-    "Glm4MoeForCausalLM": "Glm4MoeMTPModel",
-    "Glm4MoeLiteForCausalLM": "Glm4MoeLiteMTPModel",
-}
-
-
-def mtp_architecture(target: Geometry) -> str | None:
-    """The MTP module vLLM would build from this target, or None if it has none."""
-    if target.model_type in MTP_BY_MODEL_TYPE:
-        return MTP_BY_MODEL_TYPE[target.model_type]
-    for arch in target.architectures[:1]:
-        if arch in MTP_BY_ARCHITECTURE:
-            return MTP_BY_ARCHITECTURE[arch]
-    return None
-
-
 def effective_draft_architectures(method: str, draft: Geometry) -> list[str]:
     """The architecture names vLLM looks up for the draft under `method`: the EAGLE
     renaming, DSpark's rename of a Qwen3 `DSparkDraftModel` to `Qwen3DSparkModel`, and
@@ -58,11 +26,11 @@ def effective_draft_architectures(method: str, draft: Geometry) -> list[str]:
 
 def default_num_speculative_tokens(method: str, draft: Geometry | None) -> int | None:
     """vLLM's default k: DSpark's block size, else the draft's n_predict (MTP: the
-    target's num_nextn_predict_layers), else none (the user must set it)."""
+    MTP module's n_predict), else none (the user must set it)."""
     if draft is None:
         return None
     if method == "dspark":
         return draft.block_size
     if method == "mtp":
-        return draft.num_nextn_predict_layers or None
+        return draft.mtp.n_predict if draft.mtp else None
     return draft.n_predict

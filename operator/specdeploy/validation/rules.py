@@ -15,7 +15,6 @@ from specdeploy.validation.methods import (
     NO_PIPELINE_PARALLEL,
     default_num_speculative_tokens,
     effective_draft_architectures,
-    mtp_architecture,
 )
 
 TP_FIELD = "spec.parallelism.tensorParallelSize"
@@ -48,8 +47,8 @@ def resolve_num_speculative_tokens(spec: SpeculativeDeploymentSpec, draft: Geome
         findings.append(info("k-default", K_FIELD, f"numSpeculativeTokens defaults to {default} from the draft config"))
         return default, findings
     n_predict = draft.n_predict if draft is not None and method not in ("dspark", "mtp") else None
-    if method == "mtp" and draft is not None:
-        n_predict = draft.num_nextn_predict_layers
+    if method == "mtp" and draft is not None and draft.mtp is not None:
+        n_predict = draft.mtp.n_predict
     if n_predict and k > n_predict and k % n_predict != 0:
         findings.append(error("k-not-multiple-of-n-predict", K_FIELD,
                               f"numSpeculativeTokens {k} exceeds the draft's n_predict {n_predict} and must then be a multiple of it (vLLM reuses the {n_predict} prediction heads)"))
@@ -63,13 +62,19 @@ def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draf
                               f"vLLM {vllm_support.VLLM_VERSION} has no model class for {list(target.architectures) or 'a config without architectures'}"))
     method = spec.draft.method
     if method == "mtp":
-        arch = mtp_architecture(target)
-        if arch is None:
+        # SpeculativeConfig.hf_config_override + __post_init__ (vllm/config/speculative.py).
+        module = target.mtp
+        if module is None:
             findings.append(error("mtp-unsupported-target", "spec.draft.method",
-                                  f"vLLM has no MTP module for a {target.model_type} target; use eagle3, draft_model or ngram"))
-        elif not target.num_nextn_predict_layers:
+                                  f"vLLM has no MTP module for a {target.model_type or 'config without model_type'} target ({list(target.architectures)}); use eagle3, draft_model or ngram"))
+        elif module.refusal:
+            findings.append(error("mtp-unsupported-target", "spec.draft.method", module.refusal))
+        elif not vllm_support.is_supported_architecture(module.architecture):
+            findings.append(error("mtp-unsupported-target", "spec.draft.method",
+                                  f"vLLM {vllm_support.VLLM_VERSION} has no {module.architecture} model class for this target's MTP layers"))
+        elif module.n_predict == 0:
             findings.append(error("mtp-no-layers", "spec.draft.method",
-                                  f"the target config has num_nextn_predict_layers={target.num_nextn_predict_layers}: the checkpoint ships no MTP layers"))
+                                  "the target config declares 0 MTP layers: the checkpoint ships no MTP weights"))
         return findings
     if draft is None:
         return findings
