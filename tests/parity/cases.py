@@ -77,6 +77,8 @@ DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
     ("meta-llama__Llama-3.1-8B-Instruct", "mlp-speculator-llama3-8b", "mlp_speculator"),
     # Kimi-K3 DSpark drafts: both PR #54005 layouts, SpecForge templates, each rejection rule
     *((K3, d, "dspark") for d in K3_DRAFTS),
+    # A dense (non-DSpark) draft under dspark: vLLM accepts the config (DSparkDraftModel)
+    ("Qwen__Qwen3-8B", "Qwen__Qwen3-0.6B", "dspark"),
 )
 
 DEFAULT_K_PAIRS: tuple[tuple[str, str | None, str], ...] = (
@@ -85,12 +87,16 @@ DEFAULT_K_PAIRS: tuple[tuple[str, str | None, str], ...] = (
     (K3, "specforge__kimi-k3-dspark", "dspark"),
     (K3, "dspark-qwen3-block-size-in-dflash-config", "dspark"),
     ("deepseek-ai__DeepSeek-V3", None, "mtp"),
+    ("deepseek-ai__DeepSeek-V3", None, "dspark"),
     ("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model"),
     ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),
     ("meta-llama__Llama-3.1-8B-Instruct", "speculators-llama3.1-8b-eagle3", "eagle3"),
     ("meta-llama__Llama-3.1-8B-Instruct", None, "suffix"),
     ("meta-llama__Llama-3.1-8B-Instruct", "medusa-old-format-vicuna", "medusa"),
 )
+
+# dspark without a draft model drafts from the target checkpoint (DeepSeek-V4's own head).
+DSPARK_TARGETS = ("deepseek-ai__DeepSeek-V3", "Qwen__Qwen3-8B")
 
 # MTP reads the target's own layers: targets with and without MTP layers.
 MTP_TARGETS = (
@@ -140,6 +146,8 @@ def grid() -> list[Case]:
         cases += [Case(target, draft, method, k, tp, dtp) for tp in TPS for dtp in _draft_tps(tp)]
     for target in MTP_TARGETS:
         cases += [Case(target, None, "mtp", 1, tp, dtp) for tp in TPS for dtp in _draft_tps(tp)]
+    for target in DSPARK_TARGETS:
+        cases += [Case(target, None, "dspark", 3, tp, dtp) for tp in TPS for dtp in _draft_tps(tp)]
     for target in TARGETS:
         for method in MODEL_FREE:
             cases += [Case(target, None, method, 4, tp, None) for tp in TPS]

@@ -113,7 +113,18 @@ def test_gpt_oss_heads_times_head_dim_differs_from_hidden_and_is_still_valid() -
 
 def test_draft_architecture_vllm_cannot_load_is_rejected() -> None:
     evaluation = judge("moonshotai__Kimi-K3", "specforge__kimi-k3-dspark-5mla", "dspark", tp=8, k=7)
-    assert "dspark-architecture-unknown" in codes(evaluation)
+    assert "draft-architecture-unsupported" in codes(evaluation)
+
+
+def test_dspark_with_a_dense_draft_is_accepted_as_vllm_does_but_warned_about() -> None:
+    """vLLM 0.32 accepts it at config time and loads it as DeepSeek-V4's in-checkpoint DSpark head."""
+    evaluation = judge("Qwen__Qwen3-8B", "Qwen__Qwen3-0.6B", "dspark", tp=1, k=3)
+    assert evaluation.ok and any(f.code == "dspark-not-a-dspark-draft" and f.severity.value == "warning" for f in evaluation.findings)
+
+
+def test_dspark_without_a_draft_model_drafts_from_the_target_and_needs_k() -> None:
+    assert judge("deepseek-ai__DeepSeek-V3", None, "dspark", tp=8, k=3).ok
+    assert "k-required" in codes(judge("deepseek-ai__DeepSeek-V3", None, "dspark", tp=8))
 
 
 def test_draft_tp_other_than_one_or_target_tp_is_rejected() -> None:

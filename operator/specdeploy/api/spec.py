@@ -25,7 +25,9 @@ Method = Literal[
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 # Methods with no draft checkpoint of their own (mtp and dspark may reuse the target's).
 MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
-TARGET_AS_DRAFT_METHODS = frozenset({"mtp"})  # vLLM reads the MTP layers from the target checkpoint
+# Without draft.model vLLM drafts from the target checkpoint itself: its MTP layers, or the
+# DSpark head a DeepSeek-V4 checkpoint ships (vllm/config/speculative.py __post_init__).
+TARGET_AS_DRAFT_METHODS = frozenset({"mtp", "dspark"})
 
 Auto = Literal["auto"]
 IntOrAuto = Union[Auto, int]
@@ -68,8 +70,8 @@ class TargetSpec(ModelSource):
 class DraftSpec(SpecModel):
     """The speculative method and, where it has one, the draft checkpoint."""
 
-    method: Method = Field(description="vLLM speculative method. ngram and suffix need no draft model; mtp uses the target's own MTP layers.")
-    model: str | None = Field(None, description="Draft Hub repo id or path. Required for every method except ngram, suffix and mtp.", max_length=512)
+    method: Method = Field(description="vLLM speculative method. ngram and suffix need no draft model; mtp uses the target's own MTP layers, and dspark without a model the DSpark head inside the target checkpoint (DeepSeek-V4).")
+    model: str | None = Field(None, description="Draft Hub repo id or path. Required for every method except ngram, suffix, mtp and (DeepSeek-V4 in-checkpoint) dspark.", max_length=512)
     revision: str | None = Field(None, description="Hub revision of the draft.", max_length=128)
     trust_remote_code: bool = Field(False, description="Whether the draft's config needs remote code to parse (vLLM inherits the target's setting).")
     config: dict[str, Any] | None = Field(None, description="The draft's config.json inline.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.api.spec import MODEL_FREE_METHODS, SpeculativeDeploymentSpec
+from specdeploy.api.spec import MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS, SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry, read_geometry
 from specdeploy.geometry.drafts import vllm_draft_config
 from specdeploy.pipeline import Evaluation, ModelInputs
@@ -66,8 +66,8 @@ def _weights(spec: SpeculativeDeploymentSpec, target: Geometry, target_in: Model
     else:
         target_bytes, source = estimate_weight_bytes(target), "estimated from config.json"
     method = spec.draft.method
-    if method in MODEL_FREE_METHODS or method == "mtp" or draft is None:
-        draft_bytes = 0  # MTP layers ship inside the target checkpoint
+    if method in MODEL_FREE_METHODS or method == "mtp" or not spec.draft.model or draft is None:
+        draft_bytes = 0  # MTP layers / an in-checkpoint DSpark head ship inside the target checkpoint
     elif spec.draft.weights_gi_b is not None:
         draft_bytes = int(spec.draft.weights_gi_b * GIB)
     elif draft_in is not None and draft_in.weight_bytes:
@@ -179,7 +179,7 @@ def _read_models(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_
     target, findings = read_geometry(target_in.config, "spec.target.config")
     method = spec.draft.method
     draft: Geometry | None = None
-    if method == "mtp":
+    if method in TARGET_AS_DRAFT_METHODS and not spec.draft.model:
         draft = target
     elif spec.draft.has_own_checkpoint:
         if draft_in is None:

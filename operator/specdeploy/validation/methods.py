@@ -12,6 +12,8 @@ NO_PIPELINE_PARALLEL = frozenset({"dspark", "mtp"})
 # DSpark draft architectures vLLM keeps as they are; any other architecture is
 # rewritten into DeepSeek-V4's in-checkpoint DSpark head.
 DSPARK_ARCHITECTURES = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel", "K3DSparkModel"})
+# Targets whose checkpoint carries its own DSpark head (vLLM's DSparkDraftModel / V4.1 variant).
+IN_CHECKPOINT_DSPARK_TARGETS = frozenset({"deepseek_v4", "deepseek_v41"})
 
 def effective_draft_architectures(method: str, draft: Geometry) -> list[str]:
     """The architecture names vLLM looks up for the draft under `method`: the EAGLE

@@ -5,13 +5,14 @@ Two kinds: `check_pair` (independent of the parallel layout) and `check_layout`
 
 from __future__ import annotations
 
-from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.api.spec import TARGET_AS_DRAFT_METHODS, SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry
 from specdeploy.validation import vllm_support
 from specdeploy.validation.findings import Finding, error, info, warning
 from specdeploy.validation.passthrough import FIELD as PASSTHROUGH_FIELD, check_speculative_passthrough
 from specdeploy.validation.methods import (
     DSPARK_ARCHITECTURES,
+    IN_CHECKPOINT_DSPARK_TARGETS,
     NO_PIPELINE_PARALLEL,
     default_num_speculative_tokens,
     effective_draft_architectures,
@@ -34,11 +35,11 @@ def resolve_num_speculative_tokens(spec: SpeculativeDeploymentSpec, draft: Geome
         return int(depth), [info("k-default", K_FIELD, f"suffix decoding defaults k to its tree depth ({depth})")]
     default = default_num_speculative_tokens(method, draft)
     findings: list[Finding] = []
-    if k is None and method == "mtp" and not spec.draft.model:
-        # SpeculativeConfig.__post_init__ makes the target its own MTP draft only when k is
-        # set; without k and a draft model there is no draft config to default from.
+    if k is None and method in TARGET_AS_DRAFT_METHODS and not spec.draft.model:
+        # SpeculativeConfig.__post_init__ makes the target its own draft only when k is set;
+        # without k and a draft model there is no draft config to default from.
         return None, [error("k-required", K_FIELD,
-                            "numSpeculativeTokens is required for mtp without draft.model: vLLM uses the target's MTP layers only when k is set (1 per MTP layer is typical)")]
+                            f"numSpeculativeTokens is required for {method} without draft.model: vLLM drafts from the target checkpoint only when k is set")]
     if k is None:
         if default is None or default <= 0:
             source = "block_size" if method == "dspark" else "n_predict"
@@ -79,12 +80,14 @@ def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draf
     if draft is None:
         return findings
     archs = effective_draft_architectures(method, draft)
-    if method == "dspark" and not set(archs) & DSPARK_ARCHITECTURES:
-        findings.append(error("dspark-architecture-unknown", "spec.draft.config.architectures",
-                              f"draft architectures {list(draft.architectures)} are not a DSpark draft vLLM knows ({', '.join(sorted(DSPARK_ARCHITECTURES))}, or DSparkDraftModel with model_type qwen3); vLLM would reinterpret it as DeepSeek-V4's in-checkpoint DSpark head"))
-    elif not vllm_support.any_supported(archs):
+    if not vllm_support.any_supported(archs):
         findings.append(error("draft-architecture-unsupported", "spec.draft.config.architectures",
                               f"vLLM {vllm_support.VLLM_VERSION} cannot load draft architecture {archs} for method {method}"))
+    elif method == "dspark" and not set(archs) & DSPARK_ARCHITECTURES and target.model_type not in IN_CHECKPOINT_DSPARK_TARGETS:
+        # vLLM accepts this config and loads the draft as DeepSeek-V4's in-checkpoint DSpark
+        # head (DSparkDraftModel), which only a DeepSeek-V4 checkpoint carries.
+        findings.append(warning("dspark-not-a-dspark-draft", "spec.draft.config.architectures",
+                                f"draft architectures {list(draft.architectures)} are not a DSpark draft ({', '.join(sorted(DSPARK_ARCHITECTURES))}, or DSparkDraftModel with model_type qwen3): vLLM will load it as DeepSeek-V4's in-checkpoint DSpark head, whose weights a {target.model_type} checkpoint does not have"))
     if method == "mlp_speculator" and draft.model_type != "mlp_speculator":
         findings.append(error("draft-not-mlp-speculator", "spec.draft.config.model_type",
                               f"method mlp_speculator needs a draft with model_type mlp_speculator, got {draft.model_type!r}"))
