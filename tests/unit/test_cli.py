@@ -5,6 +5,7 @@ Runs the installed `specdeploy` console script as a user would, in a subprocess.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -101,3 +102,11 @@ def test_plan_reads_config_maps_from_the_same_stream(tmp_path: Path) -> None:
     assert [m["kind"] for m in out["manifests"]] == ["Deployment", "Service", "PodDisruptionBudget"]
     without = run("plan", "-f", str(Path(__file__).parents[2] / "examples" / "llama-3.1-70b-eagle3.yaml"))
     assert without.returncode == 2 and "spec.draft.configMapRef" in without.stderr and "llama-70b-eagle3-draft" in without.stderr
+
+
+def test_run_without_cluster_credentials_exits_2_with_a_clear_message(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST",)}
+    env["KUBECONFIG"] = str(tmp_path / "missing-kubeconfig")
+    result = subprocess.run([EXE, "run", "--namespace", "default"], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert "no Kubernetes credentials" in result.stderr and "Traceback" not in result.stderr

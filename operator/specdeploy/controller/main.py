@@ -130,6 +130,10 @@ def run(
     the chart runs one replica with `strategy: Recreate` instead."""
     if not namespaces and not all_namespaces:
         raise ValueError("give --namespace at least once, or --all-namespaces")
+    try:  # fail fast with a clear message instead of kopf retrying its startup every minute
+        _api_client().close()
+    except k8s_config.ConfigException as exc:
+        raise ValueError(f"no Kubernetes credentials ({exc}): set KUBECONFIG, or run in a pod with a service account") from exc
     kopf.run(
         registry=registry,
         standalone=True,
