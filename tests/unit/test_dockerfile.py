@@ -16,7 +16,6 @@ import shlex
 import tomllib
 from pathlib import Path
 
-import pytest
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

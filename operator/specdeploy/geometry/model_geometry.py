@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers import CONFIG_MAPPING, PretrainedConfig
 
-from specdeploy.geometry.context_length import derived_max_model_len
+from specdeploy.geometry.context_length import LENGTH_KEYS, derived_max_model_len
 from specdeploy.geometry.eagle_format import eagle_text_config, is_eagle_format
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
 from specdeploy.geometry.mtp import MtpModule, mtp_module
@@ -22,7 +22,8 @@ from specdeploy.validation.findings import Finding, error
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
 _EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
 _EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_topk", "moe_top_k")
-_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length", "max_seq_length", "seq_len")
+# The positional limit as the checkpoint states it; the served limit is derived_max_model_len.
+_MAX_LEN_KEYS = tuple(k for k in LENGTH_KEYS if k not in ("model_max_length", "max_target_positions"))
 
 
 # Drafts with no attention layers: vLLM reports 0 heads, 0 KV heads and head size 0 for

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.api.spec import MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS, SpeculativeDeploymentSpec
+from specdeploy.api.spec import TARGET_AS_DRAFT_METHODS, SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry, read_geometry
 from specdeploy.geometry.drafts import vllm_draft_config
 from specdeploy.pipeline import Evaluation, ModelInputs
@@ -66,7 +66,7 @@ def _weights(spec: SpeculativeDeploymentSpec, target: Geometry, target_in: Model
     else:
         target_bytes, source = estimate_weight_bytes(target), "estimated from config.json"
     method = spec.draft.method
-    if method in MODEL_FREE_METHODS or method == "mtp" or not spec.draft.model or draft is None:
+    if method == "mtp" or not spec.draft.model or draft is None:  # model-free methods have no draft.model
         draft_bytes = 0  # MTP layers / an in-checkpoint DSpark head ship inside the target checkpoint
     elif spec.draft.weights_gi_b is not None:
         draft_bytes = int(spec.draft.weights_gi_b * GIB)
@@ -166,7 +166,7 @@ def _draft_tp(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int) 
 def _speculative_config(spec: SpeculativeDeploymentSpec, k: int, draft_tp: int | None) -> dict[str, Any]:
     draft = spec.draft
     config: dict[str, Any] = {"method": draft.method, "num_speculative_tokens": k}
-    if draft.model and draft.method not in MODEL_FREE_METHODS:
+    if draft.has_own_checkpoint:
         config["model"] = draft.model
     if draft.revision:
         config["revision"] = draft.revision
