@@ -1,20 +1,22 @@
-"""Apply the rendered children: create what is missing, merge-patch what differs, and write
-nothing when the live child's plan-hash annotation already matches (also after a restart).
+"""Apply the rendered children: create what is missing, patch back what differs from what we
+render (also a hand edit: drift), and delete what we own but no longer render (prune).
 
-The merge patch is computed from the desired state against the live object: desired values
-that differ are sent (lists replace whole, as merge patch does), and a few fields this
-operator owns but may stop rendering (scheduling fields, the Service selector) are set to
-null so a removed setting is removed. Fields the apiserver defaults are left alone.
+"Differs" compares only the fields we render: a dict differs when one of our keys differs, a
+list when its length or one of its items does (items compared the same way), so the defaults
+an API server adds (`terminationMessagePath`, `protocol`, ...) never count as drift, and
+fields we do not render stay as they are. A difference is sent as a JSON merge patch (lists
+replace whole); a few fields we own but may stop rendering (scheduling fields, Service
+selector keys) are set to null so a removed setting is removed.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from specdeploy.controller.kube import Kube
-from specdeploy.render import PLAN_HASH_ANNOTATION
+from specdeploy.render.labels import MANAGED_BY
 
 # Map fields under which every key is ours: keys no longer rendered are deleted.
 _OWNED_MAPS = (("spec", "selector"),)
@@ -31,20 +33,29 @@ _POD_SPECS = (
 class Applied:
     kind: str
     name: str
-    action: str  # "created" | "patched" | "unchanged"
+    action: str  # "created" | "patched" | "unchanged" | "deleted"
     live: dict[str, Any]
 
 
+def covers(live: Any, desired: Any) -> bool:
+    """True when `live` has every field of `desired` with the same value."""
+    if isinstance(desired, dict):
+        return isinstance(live, dict) and all(k in live and covers(live[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(live, list) and len(live) == len(desired) and all(map(covers, live, desired))
+    return live == desired
+
+
 def _diff(live: Any, desired: Any) -> Any:
-    """The merge patch turning `live` into `desired` for the keys desired has (None: equal)."""
+    """The merge patch turning `live` into `desired` for the keys desired has (None: covered)."""
     if isinstance(live, dict) and isinstance(desired, dict):
         patch = {}
         for key, want in desired.items():
-            sub = _diff(live.get(key), want) if key in live else want
+            sub = _diff(live[key], want) if key in live else want
             if sub is not None:
                 patch[key] = sub
         return patch or None
-    return None if live == desired else desired
+    return None if covers(live, desired) else desired
 
 
 def _at(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
@@ -63,6 +74,7 @@ def _set_null(patch: dict[str, Any], path: tuple[str, ...], key: str) -> None:
 
 
 def merge_patch(live: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """What to send so `live` renders as `desired` again; {} when nothing we own differs."""
     patch = _diff(live, desired) or {}
     for path in _OWNED_MAPS:
         have, want = _at(live, path), _at(desired, path)
@@ -78,20 +90,56 @@ def merge_patch(live: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]
     return patch
 
 
-def live_hash(live: dict[str, Any]) -> str | None:
-    return ((live.get("metadata") or {}).get("annotations") or {}).get(PLAN_HASH_ANNOTATION)
+def owned_by(live: dict[str, Any], uid: str) -> bool:
+    """Ours to delete: our controller ownerReference and our managed-by label, both."""
+    meta = live.get("metadata") or {}
+    refs = meta.get("ownerReferences") or []
+    ours = any(r.get("uid") == uid and r.get("controller") for r in refs if isinstance(r, dict))
+    return ours and (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == MANAGED_BY
 
 
-def apply_child(kube: Kube, desired: dict[str, Any], logger: logging.Logger) -> Applied:
+def apply_child(kube: Kube, desired: dict[str, Any], logger: logging.Logger, live: dict[str, Any] | None = None,
+                *, known: bool = False) -> Applied:
+    """Create or patch one child. `known=True`: `live` is the current object (or None when
+    it is gone), so no GET is needed."""
     meta = desired["metadata"]
     kind, namespace, name = desired["kind"], meta["namespace"], meta["name"]
-    live = kube.get(kind, namespace, name)
+    if not known:
+        live = kube.get(kind, namespace, name)
     if live is None:
         created = kube.create(desired)
-        logger.info("Created %s", kind, extra={"name": name, "namespace": namespace})
+        logger.info("Created %s %s/%s", kind, namespace, name)
         return Applied(kind, name, "created", created)
-    if live_hash(live) == meta["annotations"][PLAN_HASH_ANNOTATION]:
+    patch = merge_patch(live, desired)
+    if not patch:
         return Applied(kind, name, "unchanged", live)
-    patched = kube.merge_patch(kind, namespace, name, merge_patch(live, desired))
-    logger.info("Patched %s %s to plan-hash %s", kind, name, meta["annotations"][PLAN_HASH_ANNOTATION][:12])
+    patched = kube.merge_patch(kind, namespace, name, patch)
+    logger.info("Patched %s %s/%s (%s)", kind, namespace, name, ", ".join(_changed_paths(patch)))
     return Applied(kind, name, "patched", patched)
+
+
+def _changed_paths(patch: Any, prefix: str = "", depth: int = 0) -> list[str]:
+    """Short field paths of a patch for the log line (which fields were put back)."""
+    if not isinstance(patch, dict) or depth >= 4:
+        return [prefix or "."]
+    out: list[str] = []
+    for key, value in patch.items():
+        out += _changed_paths(value, f"{prefix}.{key}" if prefix else key, depth + 1)
+    return out[:8]
+
+
+def prune(kube: Kube, namespace: str, uid: str, candidates: Iterable[tuple[str, str]], keep: set[tuple[str, str]],
+          logger: logging.Logger) -> list[Applied]:
+    """Delete the candidates we own and no longer render (e.g. the Deployment after a switch
+    to a LeaderWorkerSet). Objects without our ownerReference and label are never touched."""
+    deleted = []
+    for kind, name in candidates:
+        if (kind, name) in keep:
+            continue
+        live = kube.get(kind, namespace, name)
+        if live is None or not owned_by(live, uid):
+            continue
+        kube.delete(kind, namespace, name, uid=(live.get("metadata") or {}).get("uid"))
+        logger.info("Deleted %s %s/%s (no longer rendered)", kind, namespace, name)
+        deleted.append(Applied(kind, name, "deleted", live))
+    return deleted

@@ -10,6 +10,10 @@ from typing import Any
 from specdeploy.api.status import CONDITION_TYPES, Condition
 
 
+# Progressing reasons that mean the operator cannot make progress on its own (kstatus Stalled).
+STUCK_REASONS = frozenset({"ApplyFailed", "InvalidChildNames"})
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One condition's value before timestamps are attached."""
@@ -78,6 +82,9 @@ def ready_verdict(verdicts: dict[str, Verdict], workload: WorkloadState | None) 
         if v.status != "True":
             suffix = " (the last valid workload keeps serving)" if workload and workload.ready else ""
             return Verdict("False" if v.status == "False" else "Unknown", v.reason, f"{kind}: {v.message}{suffix}")
+    progressing = verdicts.get("Progressing")
+    if progressing is not None and progressing.status == "False" and progressing.reason in STUCK_REASONS:
+        return Verdict("False", progressing.reason, progressing.message)
     if workload is None:
         return Verdict("Unknown", "Creating", "the workload is being created")
     if workload.rolled_out and workload.desired > 0:
@@ -92,6 +99,9 @@ def kstatus_verdicts(verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
     when the spec cannot be served as written, Reconciling while Ready is on its way."""
     unknown = Verdict("Unknown", "")
     blocked = [verdicts.get(k, unknown) for k in ("Validated", "Planned") if verdicts.get(k, unknown).status == "False"]
+    progressing = verdicts.get("Progressing", unknown)
+    if progressing.status == "False" and progressing.reason in STUCK_REASONS:
+        blocked.append(progressing)  # the children cannot be written: stuck until it is fixed
     stalled = Verdict("True", blocked[0].reason, blocked[0].message) if blocked else Verdict("False", "NotStalled")
     ready = verdicts.get("Ready", unknown)
     settled = blocked or ready.status == "True" or ready.reason == "ScaledToZero"

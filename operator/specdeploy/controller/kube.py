@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import kopf
 from kubernetes.client import ApiClient
@@ -26,11 +26,22 @@ REQUEST_TIMEOUT = (10.0, 60.0)  # connect, read
 
 
 class KubeTemporaryError(kopf.TemporaryError):
-    """The API server is unavailable, overloaded or raced us (5xx, 409, 429, timeouts)."""
+    """The API server is unavailable, overloaded or raced us (5xx, 409, 429, timeouts).
+    `slow`: a refusal a person has to fix (403: RBAC; 404 on create: a CRD not installed),
+    retried too, but on a longer backoff."""
+
+    def __init__(self, message: str, delay: float = RETRY_DELAY_S, *, slow: bool = False, status: int | None = None):
+        super().__init__(message, delay=delay)
+        self.slow = slow
+        self.status = status
 
 
 class KubePermanentError(kopf.PermanentError):
-    """The API server refused the request for good (400/403/422, or a kind not installed)."""
+    """The API server refused the request for good (400/422: the body is wrong)."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -67,9 +78,11 @@ KINDS: dict[str, Kind] = {
 class Kube:
     """get (None on 404), create, merge_patch, plus the two reads the sources need."""
 
-    def __init__(self, api_client: ApiClient, *, read_secrets: bool = False):
+    def __init__(self, api_client: ApiClient, *, read_secrets: bool = False,
+                 on_response: Callable[[str, str, int], None] | None = None):
         self.api_client = api_client
         self.read_secrets = read_secrets
+        self.on_response = on_response  # (method, kind, HTTP status): the metrics hook
 
     # -- verbs ------------------------------------------------------------------------------
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -87,6 +100,13 @@ class Kube:
         patched = self._call("PATCH", kind, "patch", namespace, name, body=patch, subresource=subresource)
         assert patched is not None
         return patched
+
+    def delete(self, kind: str, namespace: str, name: str, *, uid: str | None = None) -> None:
+        """Delete (background propagation); `uid` guards against deleting a re-created object."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        self._call("DELETE", kind, "delete", namespace, name, body=body, missing_ok=True)
 
     def read_config_map_key(self, namespace: str, name: str, key: str) -> str | None:
         """The value, or None when the ConfigMap or the key is missing."""
@@ -130,23 +150,28 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        where = f"{kind_name} {namespace}/{name or body and body['metadata'].get('name')}"
+        where = f"{kind_name} {namespace}/{name or (body or {}).get('metadata', {}).get('name')}"
         try:
             response = self.api_client.call_api(method, url, header_params=headers, body=data, _request_timeout=REQUEST_TIMEOUT)
             response.read()
         except (Urllib3Error, OSError, TimeoutError) as exc:
             raise KubeTemporaryError(f"{method} {where}: {type(exc).__name__}: {exc}", delay=RETRY_DELAY_S) from exc
         status = response.status
+        if self.on_response is not None:
+            self.on_response(method, kind_name, status)
         if 200 <= status < 300:
             return json.loads(response.data) if response.data else {}
         if status == 404 and missing_ok:
             return None
         detail = _reason(response.data)
         if status == 404 and method == "POST":
-            raise KubePermanentError(f"cannot create {where}: {kind.api_version}/{kind.plural} is not served here (is its CRD installed?)")
-        if status in (409, 429) or status >= 500 or status == 404:
-            raise KubeTemporaryError(f"{method} {where}: HTTP {status}: {detail}", delay=RETRY_DELAY_S)
-        raise KubePermanentError(f"{method} {where}: HTTP {status}: {detail}")
+            message = f"cannot create {where}: {kind.api_version}/{kind.plural} is not served here (is its CRD installed?)"
+            raise KubeTemporaryError(message, slow=True, status=status)
+        if status in (401, 403):
+            raise KubeTemporaryError(f"{method} {where}: HTTP {status} (check the operator's RBAC): {detail}", slow=True, status=status)
+        if status in (408, 409, 429) or status >= 500 or status == 404:
+            raise KubeTemporaryError(f"{method} {where}: HTTP {status}: {detail}", status=status)
+        raise KubePermanentError(f"{method} {where}: HTTP {status}: {detail}", status=status)
 
 
 def _reason(data: bytes | None) -> str:

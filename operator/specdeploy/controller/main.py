@@ -21,15 +21,21 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
-from specdeploy.controller.kube import Kube
-from specdeploy.controller.reconcile import Reconciler, Result
-from specdeploy.render.labels import MANAGED_BY, OWNER_LABEL
+from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller.reconcile import Reconciler, Result, owner_of
+from specdeploy.controller.state import ConfigCache, DesiredChildren
+from specdeploy.render.labels import MANAGED_BY
 
 registry = kopf.OperatorRegistry()
 
 # Opt-in (chart value): read spec.hfTokenSecretRef's Secret to fetch configs of gated repos.
 READ_SECRETS_ENV = "SPECDEPLOY_READ_HF_TOKEN_SECRETS"
 _CHILD_FILTER = {"app.kubernetes.io/managed-by": MANAGED_BY}
+# Multiplies every retry delay (tests shorten them; 1 in production).
+BACKOFF_SCALE_ENV = "SPECDEPLOY_BACKOFF_SCALE"
+LOG_FORMAT_ENV = "SPECDEPLOY_LOG_FORMAT"  # text (default) | json
+# kind -> (first delay, cap) in seconds.
+BACKOFF = {"api": (2.0, 120.0), "source": (15.0, 600.0), "slow": (30.0, 600.0)}
 
 
 def _now() -> str:
@@ -56,6 +62,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 8
     memo.kube = Kube(_api_client(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true")
+    memo.desired = DesiredChildren()
+    memo.configs = ConfigCache()
 
 
 def _api_client() -> k8s_client.ApiClient:
@@ -78,44 +86,103 @@ def _post(body: Any, events: list[tuple[str, str, str]]) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
 
 
+def _scale() -> float:
+    try:
+        return max(0.0, float(os.environ.get(BACKOFF_SCALE_ENV, "1")))
+    except ValueError:
+        return 1.0
+
+
+def backoff(kind: str, retry: int) -> float:
+    """Seconds before retry number `retry` (0-based): exponential per kind, capped. "slow" is
+    for refusals a person fixes (RBAC, a missing CRD); "source" for an unreachable Hub."""
+    base, cap = BACKOFF[kind]
+    return _scale() * min(cap, base * 2 ** min(retry, 16))
+
+
+def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
+    return Reconciler(memo.kube, logger, desired=memo.desired, configs=memo.configs)
+
+
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
-def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    result: Result = Reconciler(memo.kube, logger).reconcile(body, now=_now())
+def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
+    try:
+        result: Result = _reconciler(memo, logger).reconcile(body, now=_now(), retry=retry)
+    except KubeTemporaryError as exc:  # reading the CR itself failed: nothing decided yet
+        raise kopf.TemporaryError(str(exc), delay=backoff("slow" if exc.slow else "api", retry)) from exc
     for key, value in result.status_patch.items():
         patch.status[key] = value
     _post(body, result.events)
     if result.retry is not None:
-        raise kopf.TemporaryError(result.retry, delay=result.retry_delay)
+        raise kopf.TemporaryError(result.retry, delay=backoff(result.retry_kind, retry))
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="forget", registry=registry)
+def forget(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """A deleted CR: drop what we remembered for it (its children go by garbage collection)."""
+    if type == "DELETED":
+        meta = body.get("metadata") or {}
+        memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
+
+
+def _child_event(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, *, workload: bool) -> None:
+    reconciler = _reconciler(memo, logger)
+    try:
+        reconciler.heal(body, type)
+    except (KubeTemporaryError, KubePermanentError) as exc:  # the next event or resync retries
+        logger.warning("Could not put back %s %s: %s", body.get("kind"), (body.get("metadata") or {}).get("name"), exc)
+    if workload:
+        _mirror(body, type, memo, logger)
 
 
 def _mirror(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger) -> None:
     meta = body.get("metadata") or {}
-    owner, namespace = (meta.get("labels") or {}).get(OWNER_LABEL), meta.get("namespace")
-    if not owner or not namespace:
+    owner, namespace = owner_of(body), meta.get("namespace")
+    if owner is None or not namespace:
         return
     kube: Kube = memo.kube
-    parent = kube.get(KIND, namespace, owner)
+    parent = kube.get(KIND, namespace, owner[0])
     if parent is None or (parent.get("status") or {}).get("workload") != f"{body.get('kind')}/{meta.get('name')}":
         return  # not (or no longer) the workload this parent serves from
     workload = None if type == "DELETED" else dict(body)
-    result = Reconciler(kube, logger).mirror(parent, workload, now=_now())
+    result = _reconciler(memo, logger).mirror(parent, workload, now=_now())
     if result.status_patch:
-        kube.merge_patch(KIND, namespace, owner, {"status": result.status_patch}, subresource="status")
+        kube.merge_patch(KIND, namespace, owner[0], {"status": result.status_patch}, subresource="status")
         _post(parent, result.events)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=_CHILD_FILTER, id="mirror-deployment", registry=registry)
 def mirror_deployment(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    """Deployment readiness -> the parent's Available/Ready/readyReplicas."""
-    _mirror(body, type, memo, logger)
+    """Deployment drift and readiness -> put it back; the parent's Available/Ready/readyReplicas."""
+    _child_event(body, type, memo, logger, workload=True)
 
 
 @kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=_CHILD_FILTER, id="mirror-lws", registry=registry)
 def mirror_leader_worker_set(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    """LeaderWorkerSet readiness -> the parent's Available/Ready/readyReplicas."""
-    _mirror(body, type, memo, logger)
+    """LeaderWorkerSet drift and readiness -> put it back; the parent's Available/Ready/readyReplicas."""
+    _child_event(body, type, memo, logger, workload=True)
+
+
+@kopf.on.event("", "v1", "services", labels=_CHILD_FILTER, id="heal-service", registry=registry)
+def heal_service(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """A hand-edited or deleted Service is put back."""
+    _child_event(body, type, memo, logger, workload=False)
+
+
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_CHILD_FILTER, id="heal-pdb", registry=registry)
+def heal_pod_disruption_budget(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """A hand-edited or deleted PodDisruptionBudget is put back."""
+    _child_event(body, type, memo, logger, workload=False)
+
+
+def configure_logging(log_format: str) -> None:
+    """INFO by default (what was created, patched, put back, pruned), through kopf's own log
+    configuration; "json": one JSON object per line, with the object's namespace and name."""
+    if log_format not in ("text", "json"):
+        raise ValueError(f"log format {log_format!r}: use text or json")
+    kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL)
 
 
 def run(
@@ -125,11 +192,13 @@ def run(
     *,
     ready_flag: threading.Event | None = None,
     stop_flag: threading.Event | None = None,
+    log_format: str | None = None,
 ) -> None:
     """Run the operator until stopped. Standalone: kopf peering is not leader election, so
     the chart runs one replica with `strategy: Recreate` instead."""
     if not namespaces and not all_namespaces:
         raise ValueError("give --namespace at least once, or --all-namespaces")
+    configure_logging(log_format or os.environ.get(LOG_FORMAT_ENV, "text"))
     try:  # fail fast with a clear message instead of kopf retrying its startup every minute
         _api_client().close()
     except k8s_config.ConfigException as exc:

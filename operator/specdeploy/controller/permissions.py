@@ -26,12 +26,14 @@ PERMISSIONS: tuple[Permission, ...] = (
     # and, through the status subresource, the designed status.
     Permission("specdeploy.io", "speculativedeployments", ("get", "list", "watch", "patch")),
     Permission("specdeploy.io", "speculativedeployments/status", ("get", "patch")),
-    # The children. list/watch on the workload kinds: their readiness is mirrored into
-    # the parent's status by a watch handler (no timer, hence no finalizer on the parent).
-    Permission("apps", "deployments", ("get", "list", "watch", "create", "patch")),
-    Permission("leaderworkerset.x-k8s.io", "leaderworkersets", ("get", "list", "watch", "create", "patch")),
-    Permission("", "services", ("get", "create", "patch")),
-    Permission("policy", "poddisruptionbudgets", ("get", "create", "patch")),
+    # The children. list/watch: a watch handler mirrors the workloads' readiness into the
+    # parent's status and puts back a hand-edited or deleted child (no timer, hence no
+    # finalizer on the parent). delete: children we own and no longer render are pruned
+    # (a Deployment after a switch to a LeaderWorkerSet), only with our ownerReference.
+    Permission("apps", "deployments", ("get", "list", "watch", "create", "patch", "delete")),
+    Permission("leaderworkerset.x-k8s.io", "leaderworkersets", ("get", "list", "watch", "create", "patch", "delete")),
+    Permission("", "services", ("get", "list", "watch", "create", "patch", "delete")),
+    Permission("policy", "poddisruptionbudgets", ("get", "list", "watch", "create", "patch", "delete")),
     # Model configs given as spec.target.configMapRef / spec.draft.configMapRef.
     Permission("", "configmaps", ("get",)),
     # Events for every condition transition (kopf posts them to core/v1 events).

@@ -1,9 +1,10 @@
 """One reconcile for create, update and resume: parse -> resolve configs -> evaluate ->
-render -> apply -> status. And the readiness mirror that keeps status in step with the
-workload between reconciles.
+render -> apply + prune -> status. The readiness mirror that keeps status in step with the
+workload between reconciles, and `heal`, which puts back a child that drifted or vanished.
 
-Both return the status *changes* (keys whose value differs from the live status), so a
-reconcile of an unchanged object writes nothing. The kopf wiring is in `main.py`.
+Both reconcile and mirror return the status *changes* against the live object, as the API
+server stores them (no nulls), so a reconcile of an unchanged object writes nothing. The kopf
+wiring is in `main.py`.
 """
 
 from __future__ import annotations
@@ -13,25 +14,25 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from specdeploy.api.parse import parse_spec
-from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.controller.apply import apply_child
+from specdeploy.api.spec import KIND, DraftSpec, ModelSource, SpeculativeDeploymentSpec
+from specdeploy.controller.apply import Applied, apply_child, covers, owned_by, prune
 from specdeploy.controller.conditions import (
     Verdict,
     WorkloadState,
     merge_conditions,
     ready_verdict,
-    transitions,
     verdicts_from,
     workload_verdicts,
 )
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller.state import ConfigCache, DesiredChildren
 from specdeploy.pipeline import ModelInputs, evaluate
-from specdeploy.render import endpoint, render_manifests, selector_string
+from specdeploy.render import child_names, endpoint, invalid_names, render_manifests, selector_string
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
 from specdeploy.validation.findings import Severity
 
-SOURCE_RETRY_DELAY_S = 30.0
 _WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+STALE_CONFIG = "ConfigRefreshRetrying"
 
 
 @dataclass
@@ -41,43 +42,113 @@ class Result:
     status_patch: dict[str, Any]
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     retry: str | None = None  # message of a transient failure: the caller raises TemporaryError
-    retry_delay: float = SOURCE_RETRY_DELAY_S
+    retry_kind: str = "source"  # "source" | "api" | "slow": picks the backoff schedule
+
+
+def stored(value: Any) -> Any:
+    """`value` as the API server stores it: keys holding null dropped, at every depth."""
+    if isinstance(value, dict):
+        return {k: stored(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [stored(v) for v in value]
+    return value
+
+
+def merge_diff(old: Any, new: Any) -> Any:
+    """The JSON merge patch turning `old` into `new` (null deletes a key no longer there)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        patch: dict[str, Any] = {k: None for k in old.keys() - new.keys()}
+        for key, value in new.items():
+            if key not in old:
+                patch[key] = value
+            elif old[key] != value:
+                patch[key] = merge_diff(old[key], value)
+        return patch
+    return new
 
 
 def _changes(previous: Mapping[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in desired.items() if previous.get(k) != v}
+    out = {}
+    for key, value in stored(desired).items():
+        if previous.get(key) != value:
+            out[key] = merge_diff(previous.get(key), value)
+    return out
 
 
 def _events(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """Events for Warnings and meaningful transitions only: a condition's first appearance in
+    its expected state (Validated/Planned True, Available/Ready False) is no news."""
+    before = {c.get("type"): c for c in previous or []}
     events = []
-    for cond in transitions(previous, current):
-        bad = cond["status"] == "False" and cond["type"] in ("Validated", "Planned", "Available")
-        message = f"{cond['type']}={cond['status']}" + (f": {cond['message']}" if cond.get("message") else "")
-        events.append(("Warning" if bad else "Normal", cond["reason"], message))
+    for cond in current:
+        kind, status, old = cond["type"], cond["status"], before.get(cond["type"])
+        message = f"{kind}={status}" + (f": {cond['message']}" if cond.get("message") else "")
+        if kind == "Validated" and cond["reason"] == STALE_CONFIG and (old or {}).get("reason") != STALE_CONFIG:
+            events.append(("Warning", cond["reason"], message))
+            continue
+        if old is not None and old.get("status") == status:
+            continue
+        if kind in ("Validated", "Planned"):
+            if status == "False":
+                events.append(("Warning", cond["reason"], message))
+            elif old is not None:
+                events.append(("Normal", cond["reason"], message))
+        elif kind in ("Available", "Ready"):
+            if status == "True":
+                events.append(("Normal", cond["reason"], message))
+            elif old is not None and old.get("status") == "True":
+                events.append(("Warning" if kind == "Available" else "Normal", cond["reason"], message))
+        elif kind == "Stalled" and status == "True":
+            events.append(("Warning", cond["reason"], message))
     return events
 
 
-class Reconciler:
-    """The flow, with the client and the clock given to it (so tests and the demo share it)."""
+def _source_key(source: ModelSource | DraftSpec, namespace: str) -> tuple[str, ...]:
+    if source.config_map_ref is not None:
+        ref = source.config_map_ref
+        return ("configmap", namespace, ref.name, ref.key)
+    return ("model", source.model or "", source.revision or "")
 
-    def __init__(self, kube: Kube, logger: logging.Logger):
+
+class Reconciler:
+    """The flow, with the client, the clock and the memory given to it (tests and the demo
+    share it)."""
+
+    def __init__(self, kube: Kube, logger: logging.Logger, *, desired: DesiredChildren | None = None,
+                 configs: ConfigCache | None = None):
         self.kube = kube
         self.logger = logger
+        self.desired = desired if desired is not None else DesiredChildren()
+        self.configs = configs if configs is not None else ConfigCache()
 
-    def reconcile(self, body: Mapping[str, Any], *, now: str) -> Result:
-        meta, previous = body.get("metadata") or {}, dict(body.get("status") or {})
-        name, namespace, generation = meta["name"], meta["namespace"], meta.get("generation")
+    def reconcile(self, body: Mapping[str, Any], *, now: str, retry: int = 0) -> Result:
+        meta = body.get("metadata") or {}
+        name, namespace = meta["name"], meta["namespace"]
+        # Compute against the live object, not the event's copy: after rapid edits the copy's
+        # status may be one write behind, and the last edit must win.
+        live = self.kube.get(KIND, namespace, name)
+        if live is None:
+            return Result({})
+        body = live
+        meta = body.get("metadata") or {}
+        previous = dict(body.get("status") or {})
+        generation = meta.get("generation")
         old_conditions = previous.get("conditions") or []
         verdicts = verdicts_from(old_conditions)
         desired: dict[str, Any] = {}
         if generation is not None:
             desired["observedGeneration"] = generation
+        workload_live: list[dict[str, Any] | None] = []  # set when apply already read it
 
-        def finish(retry: str | None = None, delay: float = SOURCE_RETRY_DELAY_S, progressing: Verdict | None = None) -> Result:
+        def finish(retry_message: str | None = None, kind: str = "source", progressing: Verdict | None = None) -> Result:
             try:
-                workload = self._live_workload(namespace, desired.get("workload") or previous.get("workload"))
+                if workload_live:
+                    live_wl = workload_live[0]
+                    workload = WorkloadState.from_live(live_wl) if live_wl is not None else None
+                else:
+                    workload = self._live_workload(namespace, desired.get("workload") or previous.get("workload"))
             except KubeTemporaryError as exc:  # keep the workload verdicts we had
-                retry = retry or str(exc)
+                retry_message, kind = retry_message or str(exc), "api"
             else:
                 verdicts.update(workload_verdicts(workload, applied="workload" in desired or "workload" in previous))
                 if progressing is not None:
@@ -91,7 +162,7 @@ class Reconciler:
             new_errors = desired.get("findings") not in (None, previous.get("findings"))
             if verdicts["Validated"].status == "False" and new_errors and not any(e[0] == "Warning" for e in events):
                 events.append(("Warning", verdicts["Validated"].reason, verdicts["Validated"].message))
-            return Result(_changes(previous, desired), events, retry, delay)
+            return Result(_changes(previous, desired), events, retry_message, kind)
 
         # 1. parse
         spec, spec_findings = parse_spec(dict(body.get("spec") or {}))
@@ -102,12 +173,18 @@ class Reconciler:
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "the spec does not parse")
             return finish()
 
-        # 2. resolve configs
+        # 2. resolve configs (the last good ones when a read fails transiently)
         try:
-            target, draft = self._resolve(spec, namespace)
+            target, draft, stale = self._resolve(spec, namespace)
         except SourceUnavailable as exc:
-            verdicts["Validated"] = Verdict("Unknown", "ConfigUnavailable", f"{exc.field}: {exc.message} (retrying)")
-            return finish(retry=f"{exc.field}: {exc.message}")
+            why = f"{exc.field}: {exc.message}"
+            current = previous.get("observedGeneration") == generation
+            if current and verdicts.get("Validated", Verdict("Unknown", "")).status == "True":
+                # Nothing changed in the spec: the verdict and the workload stand.
+                verdicts["Validated"] = Verdict("True", STALE_CONFIG, f"the last good verdict stands; refreshing the config failed: {why} (retrying)")
+                return finish(retry_message=why)
+            verdicts["Validated"] = Verdict("Unknown", "ConfigUnavailable", f"{why} (retrying)")
+            return finish(retry_message=why)
         except SourceInvalid as exc:
             desired["findings"] = [{"code": "config-invalid", "severity": "error", "field": exc.field, "message": exc.message}]
             verdicts["Validated"] = Verdict("False", "ConfigInvalid", f"{exc.field}: {exc.message}")
@@ -122,7 +199,10 @@ class Reconciler:
             verdicts["Validated"] = Verdict("False", "ValidationFailed", f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""))
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "fix the findings first")
             return finish()
-        verdicts["Validated"] = Verdict("True", "Valid", f"{spec.draft.method} draft is compatible with the target")
+        if stale is not None:
+            verdicts["Validated"] = Verdict("True", STALE_CONFIG, f"valid with the last config read; refreshing it failed: {stale.field}: {stale.message} (retrying)")
+        else:
+            verdicts["Validated"] = Verdict("True", "Valid", f"{spec.draft.method} draft is compatible with the target")
         if evaluation.plan is None:
             verdicts["Planned"] = Verdict("False", "NoFeasiblePlan", "no layout fits; see findings")
             return finish()
@@ -133,27 +213,41 @@ class Reconciler:
             f"nodes/replica={plan.nodes_per_replica} gpus/pod={plan.gpus_per_pod}",
         )
         desired["plan"] = plan.to_dict()
+        retry_message = f"{stale.field}: {stale.message}" if stale is not None else None
 
-        # 4. render and apply
+        # 4. render, check names, apply, prune
         children = render_manifests(spec, plan, name=name, namespace=namespace)
+        problems = invalid_names(children)
+        if problems:
+            return finish(retry_message, progressing=Verdict("False", "InvalidChildNames", "; ".join(problems)[:2000]))
         for child in children:
             child["metadata"]["ownerReferences"] = [_owner_reference(body)]
-        try:
-            applied = [apply_child(self.kube, child, self.logger) for child in children]
-        except KubeTemporaryError as exc:
-            failed = Verdict("Unknown", "ApplyRetrying", f"{exc} (retrying)")
-            return finish(retry=str(exc), delay=exc.delay or SOURCE_RETRY_DELAY_S, progressing=failed)
-        except KubePermanentError as exc:
-            return finish(progressing=Verdict("False", "ApplyRejected", str(exc)))
+        uid = meta["uid"]
+        entry = self.desired.lock(namespace, name, uid)
+        with entry.lock:
+            # Record first: the watch events our own writes cause then compare equal.
+            entry.children = {(c["kind"], c["metadata"]["name"]): c for c in children}
+            try:
+                applied = [apply_child(self.kube, child, self.logger) for child in children]
+                keep = set(entry.children)
+                candidates = [(k, n) for k, n in child_names(name).items()]
+                prune(self.kube, namespace, uid, candidates, keep, self.logger)
+            except KubeTemporaryError as exc:
+                stuck = exc.slow or retry >= 1
+                failed = Verdict("False", "ApplyFailed", f"{exc} (retrying)") if stuck else Verdict("Unknown", "ApplyRetrying", f"{exc} (retrying)")
+                return finish(str(exc), kind="slow" if exc.slow else "api", progressing=failed)
+            except KubePermanentError as exc:
+                return finish(retry_message, progressing=Verdict("False", "ApplyFailed", str(exc)))
         workload = applied[0]
+        workload_live.append(workload.live)
         desired.update(
             workload=f"{workload.kind}/{workload.name}",
             selector=selector_string(name),
             endpoint=endpoint(name, namespace),
         )
-        return finish()
+        return finish(retry_message)
 
-    def _resolve(self, spec: SpeculativeDeploymentSpec, namespace: str) -> tuple[ModelInputs, ModelInputs | None]:
+    def _resolve(self, spec: SpeculativeDeploymentSpec, namespace: str) -> tuple[ModelInputs, ModelInputs | None, SourceUnavailable | None]:
         token = None
         if spec.hf_token_secret_ref is not None:
             ref = spec.hf_token_secret_ref
@@ -168,11 +262,18 @@ class Reconciler:
                 raise SourceUnavailable("configMapRef", f"ConfigMap {namespace}/{name} or its key {key!r} does not exist yet")
             return text
 
-        target = resolve_model(spec.target, "spec.target", hf_token=token, configmap_reader=reader)
+        def read(source: ModelSource | DraftSpec, where: str) -> tuple[ModelInputs, Exception | None]:
+            fetch = lambda: resolve_model(source, where, hf_token=token, configmap_reader=reader, local_files=False)  # noqa: E731
+            if source.config is not None:
+                return fetch(), None
+            return self.configs.read(_source_key(source, namespace), fetch, SourceUnavailable)
+
+        target, stale = read(spec.target, "spec.target")
         draft = None
         if spec.draft.has_own_checkpoint:
-            draft = resolve_model(spec.draft, "spec.draft", hf_token=token, configmap_reader=reader)
-        return target, draft
+            draft, draft_stale = read(spec.draft, "spec.draft")
+            stale = stale or draft_stale
+        return target, draft, stale  # type: ignore[return-value]
 
     def _live_workload(self, namespace: str, ref: str | None) -> WorkloadState | None:
         if not ref or "/" not in ref:
@@ -197,6 +298,38 @@ class Reconciler:
         if workload is not None:
             desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
         return Result(_changes(previous, desired), _events(old_conditions, conditions))
+
+    def heal(self, child: Mapping[str, Any], event_type: str | None) -> Applied | None:
+        """A child event: put back what drifted or vanished, delete what we own and no longer
+        render. Does nothing for CRs this process has not reconciled yet (resume will)."""
+        meta = child.get("metadata") or {}
+        owner = owner_of(child)
+        namespace, kind, name = meta.get("namespace"), child.get("kind"), meta.get("name")
+        if owner is None or not namespace or not kind or not name:
+            return None
+        parent, uid = owner
+        entry = self.desired.get(namespace, parent)
+        if entry is None or entry.uid != uid or not entry.children:
+            return None
+        want = entry.children.get((kind, name))
+        gone = event_type == "DELETED"
+        if want is not None and not gone and covers(dict(child), want):
+            return None  # as rendered: the common case costs no request
+        with entry.lock:
+            if want is not None:
+                return apply_child(self.kube, want, self.logger)  # re-reads the live object first
+            if not gone and (kind, name) in child_names(parent).items() and owned_by(dict(child), uid):
+                return (prune(self.kube, namespace, uid, [(kind, name)], set(), self.logger) or [None])[0]
+        return None
+
+
+def owner_of(child: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(name, uid) of the SpeculativeDeployment that controls `child`, if any. The owner label
+    may be a shortened name; the ownerReference has the real one."""
+    for ref in (child.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("kind") == KIND and ref.get("controller") and ref.get("uid"):
+            return str(ref.get("name")), str(ref["uid"])
+    return None
 
 
 def _owner_reference(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,10 @@ from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.planning.plan import Plan
 from specdeploy.render.labels import (
     PLAN_HASH_ANNOTATION,
+    child_names,
     endpoint,
+    is_dns1035_label,
+    is_label_value,
     selector_string,
     service_name,
     workload_name,
@@ -28,7 +31,9 @@ from specdeploy.render.workloads import workload
 __all__ = [
     "OWNED_FLAGS",
     "PLAN_HASH_ANNOTATION",
+    "child_names",
     "endpoint",
+    "invalid_names",
     "extra_args_findings",
     "plan_hash",
     "render_manifests",
@@ -64,3 +69,29 @@ def render_manifests(spec: SpeculativeDeploymentSpec, plan: Plan, *, name: str, 
         pod_disruption_budget(name, namespace),
     ]
     return [_annotated(child) for child in children]
+
+
+def _label_maps(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    maps = [manifest["metadata"].get("labels") or {}]
+    spec = manifest.get("spec") or {}
+    templates = [spec.get("template")] + [
+        (spec.get("leaderWorkerTemplate") or {}).get(k) for k in ("leaderTemplate", "workerTemplate")
+    ]
+    maps += [((t or {}).get("metadata") or {}).get("labels") or {} for t in templates]
+    maps += [spec.get("selector") or {}, (spec.get("selector") or {}).get("matchLabels") or {}]
+    return maps
+
+
+def invalid_names(children: list[dict[str, Any]]) -> list[str]:
+    """Every child name or label value Kubernetes would refuse: the controller creates
+    nothing while this is not empty (a half-created set would hold GPUs and never serve)."""
+    problems = []
+    for child in children:
+        kind, name = child["kind"], child["metadata"]["name"]
+        if not is_dns1035_label(name):
+            problems.append(f"{kind} name {name!r} is not a DNS-1035 label of at most 63 characters")
+        for labels in _label_maps(child):
+            for key, value in labels.items():
+                if isinstance(value, str) and not is_label_value(value):
+                    problems.append(f"{kind} {name}: label {key}={value!r} is not a valid label value")
+    return problems

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdeploy.planning.plan import Plan
-from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, labels, selector_labels, service_name
+from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, labels, pdb_name, selector_labels, service_name
 
 
 def service(plan: Plan, name: str, namespace: str) -> dict[str, Any]:
@@ -30,6 +30,6 @@ def pod_disruption_budget(name: str, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels(name)},
+        "metadata": {"name": pdb_name(name), "namespace": namespace, "labels": labels(name)},
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(name)}},
     }

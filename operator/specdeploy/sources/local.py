@@ -8,32 +8,70 @@ from typing import Any
 
 from specdeploy.sources.errors import SourceInvalid
 
+# A real config.json is a few KiB, 4 levels deep; a safetensors index can reach ~10 MiB.
+MAX_CONFIG_BYTES = 4 * 2**20
+MAX_INDEX_BYTES = 64 * 2**20
+MAX_CONFIG_DEPTH = 32
+
+
+def nesting_depth(value: Any, limit: int = MAX_CONFIG_DEPTH) -> int:
+    """How deep dicts and lists nest (iterative: a hostile document cannot overflow the
+    stack); stops counting past `limit`."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth > limit:
+                return depth
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def check_config_shape(data: Any, field: str, origin: str) -> dict[str, Any]:
+    """A JSON object no deeper than MAX_CONFIG_DEPTH (inline configs are checked the same way)."""
+    if not isinstance(data, dict):
+        raise SourceInvalid(field, f"{origin} must hold a JSON object, got {type(data).__name__}")
+    if nesting_depth(data) > MAX_CONFIG_DEPTH:
+        raise SourceInvalid(field, f"{origin} nests deeper than {MAX_CONFIG_DEPTH} levels; a model config is a few levels deep")
+    return data
+
 
 def parse_config_text(text: str, field: str, origin: str) -> dict[str, Any]:
+    if len(text) > MAX_CONFIG_BYTES:
+        raise SourceInvalid(field, f"{origin} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SourceInvalid(field, f"{origin} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise SourceInvalid(field, f"{origin} must hold a JSON object, got {type(data).__name__}")
-    return data
+    except RecursionError as exc:
+        raise SourceInvalid(field, f"{origin} nests deeper than {MAX_CONFIG_DEPTH} levels") from exc
+    return check_config_shape(data, field, origin)
 
 
 def weight_bytes_from_index(index: dict[str, Any]) -> int | None:
     """`metadata.total_size` of a model.safetensors.index.json: the checkpoint's bytes."""
-    total = (index.get("metadata") or {}).get("total_size")
-    return int(total) if isinstance(total, (int, float)) and total > 0 else None
+    metadata = index.get("metadata") if isinstance(index, dict) else None
+    total = metadata.get("total_size") if isinstance(metadata, dict) else None
+    ok = isinstance(total, (int, float)) and not isinstance(total, bool) and 0 < total < 2**60
+    return int(total) if ok else None
 
 
 def read_local(path: Path, field: str) -> tuple[dict[str, Any], int | None]:
     config_path = path / "config.json" if path.is_dir() else path
     if not config_path.is_file():
         raise SourceInvalid(field, f"{path} has no config.json")
-    config = parse_config_text(config_path.read_text(), field, str(config_path))
+    if config_path.stat().st_size > MAX_CONFIG_BYTES:
+        raise SourceInvalid(field, f"{config_path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+    config = parse_config_text(config_path.read_text(errors="replace"), field, str(config_path))
     index_path = config_path.parent / "model.safetensors.index.json"
     weights = None
     if index_path.is_file():
-        weights = weight_bytes_from_index(parse_config_text(index_path.read_text(), field, str(index_path)))
+        try:
+            weights = weight_bytes_from_index(json.loads(index_path.read_text(errors="replace")))
+        except (ValueError, RecursionError, AttributeError):
+            weights = None  # an unreadable index only loses the exact weight size
     else:
         single = config_path.parent / "model.safetensors"
         weights = single.stat().st_size if single.is_file() else None

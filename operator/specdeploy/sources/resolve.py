@@ -10,7 +10,7 @@ from specdeploy.api.spec import DraftSpec, ModelSource
 from specdeploy.pipeline import ModelInputs
 from specdeploy.sources.errors import SourceError, SourceInvalid
 from specdeploy.sources.hub import read_hub
-from specdeploy.sources.local import parse_config_text, read_local
+from specdeploy.sources.local import check_config_shape, parse_config_text, read_local
 
 # (configmap name, key) -> the key's text; supplied by the controller, which owns the client.
 ConfigMapReader = Callable[[str, str], str]
@@ -29,10 +29,13 @@ def load_model_ref(ref: str, *, revision: str | None = None, token: str | None =
 
 
 def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str | None = None,
-                  configmap_reader: ConfigMapReader | None = None) -> ModelInputs:
-    """Inline config first, then a ConfigMap, then the model reference itself."""
+                  configmap_reader: ConfigMapReader | None = None, local_files: bool = True) -> ModelInputs:
+    """Inline config first, then a ConfigMap, then the model reference itself.
+    `local_files=False` (the operator): a model that names a path is never read from this
+    process's filesystem; a path is for the CLI, or for the pod, which mounts it."""
     if source.config is not None:
-        return ModelInputs(config=json.loads(json.dumps(source.config)), origin="inline")
+        config = check_config_shape(source.config, f"{field}.config", "the inline config")
+        return ModelInputs(config=json.loads(json.dumps(config)), origin="inline")
     if source.config_map_ref is not None:
         ref = source.config_map_ref
         if configmap_reader is None:
@@ -44,4 +47,16 @@ def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str 
         return ModelInputs(config=parse_config_text(text, f"{field}.configMapRef", f"ConfigMap {ref.name} key {ref.key}"), origin=f"configmap:{ref.name}")
     if not source.model:
         raise SourceInvalid(f"{field}.model", "no model, config or configMapRef to read config.json from")
+    if not local_files:
+        if looks_like_path(source.model):
+            raise SourceInvalid(f"{field}.model", f"{source.model!r} is a path: the operator reads no local files; "
+                                "give the config inline (config) or in a ConfigMap (configMapRef)")
+        config, weights = read_hub(source.model, source.revision, hf_token, f"{field}.model", direct=True)
+        return ModelInputs(config=config, weight_bytes=weights, origin=f"hub:{source.model}")
     return load_model_ref(source.model, revision=source.revision, token=hf_token, field=f"{field}.model")
+
+
+def looks_like_path(ref: str) -> bool:
+    """A filesystem path rather than a Hub repo id (which is `name` or `org/name`, no dots
+    first, at most one slash)."""
+    return ref.startswith((".", "/", "~")) or "\\" in ref or ref.count("/") > 1 or ref.endswith(".json")

@@ -1,0 +1,82 @@
+"""What the operator remembers between reconciles, in memory only (a restart rebuilds both
+from the resume reconcile): the children each CR should have, and the last configs read.
+
+- `DesiredChildren`: the manifests the last successful plan rendered, per CR. The child watch
+  compares every child event with them, so a hand edit or a deleted child is put back at once
+  (drift), without re-reading configs or re-planning. Each CR has a lock: a reconcile and a
+  child event never apply the same CR's children at the same time.
+- `ConfigCache`: the last config read per (source, model, revision), so a Hub outage or a
+  ConfigMap read timeout keeps the last good verdict instead of flipping a serving model.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from specdeploy.pipeline import ModelInputs
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+@dataclass
+class Desired:
+    uid: str
+    children: dict[tuple[str, str], dict[str, Any]]  # (kind, name) -> manifest
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+class DesiredChildren:
+    def __init__(self) -> None:
+        self._entries: dict[Key, Desired] = {}
+        self._guard = threading.Lock()
+
+    def lock(self, namespace: str, name: str, uid: str) -> Desired:
+        """The CR's entry (created empty for a new uid); hold `.lock` while applying."""
+        with self._guard:
+            entry = self._entries.get((namespace, name))
+            if entry is None or entry.uid != uid:
+                entry = self._entries[(namespace, name)] = Desired(uid, {})
+            return entry
+
+    def get(self, namespace: str, name: str) -> Desired | None:
+        with self._guard:
+            return self._entries.get((namespace, name))
+
+    def forget(self, namespace: str, name: str, uid: str | None = None) -> None:
+        with self._guard:
+            entry = self._entries.get((namespace, name))
+            if entry is not None and (uid is None or entry.uid == uid):
+                del self._entries[(namespace, name)]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class ConfigCache:
+    """Bounded LRU of resolved configs. `read(key, fetch, transient)`: fetch; on a transient
+    error return the cached value with the error (so the caller can say it is retrying)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._items: OrderedDict[tuple[str, ...], ModelInputs] = OrderedDict()
+        self._size = size
+        self._guard = threading.Lock()
+
+    def read(self, key: tuple[str, ...], fetch: Callable[[], ModelInputs],
+             transient: type[Exception]) -> tuple[ModelInputs, Exception | None]:
+        try:
+            value = fetch()
+        except transient as exc:
+            with self._guard:
+                cached = self._items.get(key)
+            if cached is None:
+                raise
+            return cached, exc
+        with self._guard:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return value, None

@@ -1,0 +1,215 @@
+"""Production operations with the shipped operator on the emulator: prune on a workload
+switch, drift undone, deleted children re-created, the last good verdict kept through a Hub
+outage, the writes budget, long names. Final-state assertions (the emulator may deliver an
+event twice)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specdeploy.render import child_names, invalid_names
+from tests.conftest import load_config
+from tests.integration.fake_hub import FakeHub
+
+from .conftest import DEPLOYMENT, LWS, NS, PDB, SD_PATH, SERVICE, Cluster, Operator, created, eventually, example, with_identity
+
+LLAMA = example("llama-3.1-8b-eagle3.yaml")
+K3_B300 = example("kimi-k3-dspark-b300.yaml")  # one node per replica: a Deployment
+NGRAM = example("qwen3-8b-ngram.yaml")
+
+
+def _args(dep: dict[str, Any]) -> list[str]:
+    return dep["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def _workloads(cluster: Cluster, name: str) -> list[str]:
+    return [r for r in (DEPLOYMENT, LWS) if cluster.exists(r, name)]
+
+
+async def _ready(cluster: Cluster, resource: str, name: str, parent: str | None = None) -> None:
+    await cluster.patch_status(resource, name, {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1})
+    await eventually(lambda: cluster.condition(parent or name, "Ready").get("status") == "True", what="Ready=True")
+
+
+async def _patch(cluster: Cluster, resource: str, name: str, body: dict[str, Any]) -> None:
+    group_version, plural = resource.rsplit("/", 1)
+    root = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+    response = await cluster.k.patch(f"{root}/namespaces/{NS}/{plural}/{name}", json=body)
+    assert response.status == 200, await response.text()
+
+
+async def _delete(cluster: Cluster, resource: str, name: str) -> None:
+    group_version, plural = resource.rsplit("/", 1)
+    root = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+    response = await cluster.k.delete(f"{root}/namespaces/{NS}/{plural}/{name}")
+    assert response.status in (200, 202), await response.text()
+
+
+async def test_switch_to_a_leader_worker_set_leaves_exactly_one_workload(operator: Operator, cluster: Cluster) -> None:
+    name = await created(cluster, K3_B300, "uid-switch")
+    await eventually(lambda: _workloads(cluster, name) == [DEPLOYMENT], what="the Deployment")
+    # The same model moved to H200: a replica now spans two nodes.
+    spec = {"resources": {"gpu": {"product": "H200-141GB"}}, "scheduling": {"nodeSelector": None}}
+    await cluster.patch_spec(name, spec, generation=2)
+    await eventually(lambda: _workloads(cluster, name) == [LWS], what="only the LeaderWorkerSet")
+    await eventually(lambda: cluster.sd(name)["status"]["workload"] == f"LeaderWorkerSet/{name}", what="status.workload")
+    # ...and back: the LeaderWorkerSet is pruned in turn.
+    await cluster.patch_spec(name, {"resources": {"gpu": {"product": "B300-288GB"}}}, generation=3)
+    await eventually(lambda: _workloads(cluster, name) == [DEPLOYMENT], what="only the Deployment again")
+    await eventually(lambda: cluster.sd(name)["status"]["workload"] == f"Deployment/{name}", what="status.workload")
+
+
+async def test_prune_spares_objects_we_do_not_own(operator: Operator, cluster: Cluster) -> None:
+    """A same-named LeaderWorkerSet without our ownerReference is somebody else's: kept."""
+    foreign = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+               "metadata": {"name": LLAMA["metadata"]["name"], "namespace": NS, "labels": {"app.kubernetes.io/managed-by": "specdeploy"}},
+               "spec": {"replicas": 1}}
+    response = await cluster.k.post(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets", json=foreign)
+    assert response.status in (200, 201)
+    name = await created(cluster, LLAMA, "uid-foreign")
+    await eventually(lambda: cluster.exists(PDB, name), what="children")
+    await asyncio.sleep(0.3)
+    assert cluster.exists(LWS, name) and cluster.exists(DEPLOYMENT, name)
+
+
+async def test_a_hand_edit_is_undone_and_a_deleted_child_comes_back(operator: Operator, cluster: Cluster) -> None:
+    name = await created(cluster, LLAMA, "uid-drift")
+    await eventually(lambda: cluster.exists(PDB, name), what="children")
+    rendered = _args(cluster.get(DEPLOYMENT, name))
+    # kubectl edit: new args, and a label we do not render (which must stay).
+    dep = cluster.get(DEPLOYMENT, name)
+    containers = copy.deepcopy(dep["spec"]["template"]["spec"]["containers"])
+    containers[0]["args"] = ["meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "8"]
+    await _patch(cluster, DEPLOYMENT, name, {"metadata": {"labels": {"team": "x"}}, "spec": {"template": {"spec": {"containers": containers}}}})
+    await eventually(lambda: _args(cluster.get(DEPLOYMENT, name)) == rendered, what="args put back")
+    assert cluster.get(DEPLOYMENT, name)["metadata"]["labels"]["team"] == "x"
+    # A Service selector edited, a PDB deleted: both put back.
+    await _patch(cluster, SERVICE, f"{name}-api", {"spec": {"selector": {"app.kubernetes.io/name": "other"}}})
+    await eventually(lambda: cluster.get(SERVICE, f"{name}-api")["spec"]["selector"]["app.kubernetes.io/name"] == "vllm", what="selector put back")
+    await _delete(cluster, PDB, name)
+    await eventually(lambda: cluster.exists(PDB, name), what="the PDB re-created")
+    # Settled: no write loop.
+    mark = cluster.mark()
+    await asyncio.sleep(1.0)
+    assert not [w for w in cluster.writes(mark) if w.resource is not None and w.resource.plural != "events"]
+
+
+async def test_delete_and_recreate_with_the_same_name_rebinds_the_children(operator: Operator, cluster: Cluster) -> None:
+    name = await created(cluster, LLAMA, "uid-old")
+    await eventually(lambda: cluster.exists(PDB, name), what="children")
+    response = await cluster.k.delete(f"{SD_PATH}/{name}")
+    assert response.status in (200, 202)
+    await eventually(lambda: not cluster.exists("specdeploy.io/v1alpha1/speculativedeployments", name), what="CR gone")
+    await cluster.create(with_identity(LLAMA, "uid-new"))
+    for resource, child in ((DEPLOYMENT, name), (SERVICE, f"{name}-api"), (PDB, name)):
+        await eventually(lambda: cluster.get(resource, child)["metadata"]["ownerReferences"][0]["uid"] == "uid-new", what=f"{resource} owned by the new CR")
+    # Garbage collection of the old owner's children (the emulator has none; play it): back again.
+    await _delete(cluster, DEPLOYMENT, name)
+    await eventually(lambda: cluster.exists(DEPLOYMENT, name), what="the Deployment re-created")
+
+
+async def test_create_costs_at_most_children_plus_two_writes_and_resume_none(operator: Operator, cluster: Cluster) -> None:
+    mark = cluster.mark()
+    name = await created(cluster, NGRAM, "uid-writes")
+    await eventually(lambda: cluster.exists(PDB, name), what="children")
+    await asyncio.sleep(1.0)  # let kopf finish its bookkeeping
+    writes = [w for w in cluster.writes(mark) if w.url.path != SD_PATH]  # not the test's own create
+    children = [w for w in writes if w.resource is not None and w.resource.plural in ("deployments", "services", "poddisruptionbudgets")]
+    assert len(children) == 3
+    assert len(writes) <= len(children) + 2, [(str(w.method), w.url.path) for w in writes]
+    # A restart over an ngram CR (its plan holds nulls the API server drops): nothing written.
+    await operator.stop()
+    mark = cluster.mark()
+    await operator.start()
+    await asyncio.sleep(1.5)
+    assert cluster.writes(mark) == [], [(str(w.method), w.url.path, w.data) for w in cluster.writes(mark)]
+
+
+async def test_long_names_give_valid_child_names_and_labels(operator: Operator, cluster: Cluster) -> None:
+    doc = copy.deepcopy(LLAMA)
+    long = ("a" * 61 + ".") * 4  # 248 characters, dots: a valid CR name, not a valid Service name
+    doc["metadata"]["name"] = long.rstrip(".")
+    name = doc["metadata"]["name"]
+    await created(cluster, doc, "uid-long")
+    names = child_names(name)
+    await eventually(lambda: cluster.exists(PDB, names["PodDisruptionBudget"]), what="children")
+    children = [cluster.get(DEPLOYMENT, names["Deployment"]), cluster.get(SERVICE, names["Service"]), cluster.get(PDB, names["PodDisruptionBudget"])]
+    assert invalid_names(children) == []
+    assert all(len(c["metadata"]["name"]) <= 63 for c in children)
+    status = cluster.sd(name)["status"]
+    assert status["endpoint"].startswith(f"http://{names['Service']}.")
+    # The readiness mirror finds the parent through the ownerReference, not the shortened label.
+    await _ready(cluster, DEPLOYMENT, names["Deployment"], parent=name)
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from huggingface_hub import constants
+
+    with FakeHub() as fake:
+        fake.add_json("meta-llama/Llama-3.1-8B-Instruct", "config.json", load_config("meta-llama__Llama-3.1-8B-Instruct"))
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.url + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 2)
+        monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 2)
+        monkeypatch.setenv("SPECDEPLOY_BACKOFF_SCALE", "0.05")
+        yield fake
+
+
+async def test_a_hub_outage_keeps_a_serving_model_ready(hub: FakeHub, operator: Operator, cluster: Cluster, tmp_path: Path) -> None:
+    doc = copy.deepcopy(LLAMA)
+    doc["metadata"]["name"] = "from-hub"
+    del doc["spec"]["target"]["config"]  # read from the (fake) Hub
+    name = await created(cluster, doc, "uid-hub")
+    await _ready(cluster, DEPLOYMENT, name)
+    hub.status_override = 503
+    shutil.rmtree(tmp_path / "hub-cache", ignore_errors=True)  # no file cache to fall back on
+    # An edit while the Hub is down: planned with the last config read, still serving.
+    await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": 4}}, generation=2)
+    await eventually(lambda: cluster.condition(name, "Validated").get("reason") == "ConfigRefreshRetrying", what="the retrying note")
+    await eventually(lambda: '"num_speculative_tokens":4' in " ".join(_args(cluster.get(DEPLOYMENT, name))), what="the edit applied")
+    assert cluster.condition(name, "Validated")["status"] == "True"
+    assert cluster.condition(name, "Ready")["status"] == "True"
+    warnings = [e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"]
+    # A restart while the Hub is still down (nothing cached in memory): the verdict stands.
+    await operator.stop()
+    await operator.start()
+    await asyncio.sleep(1.0)
+    assert cluster.condition(name, "Ready")["status"] == "True"
+    assert cluster.condition(name, "Validated")["status"] == "True"
+    assert len([e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"]) == len(warnings) == 1
+    # The Hub back: the note goes, with no new Event.
+    hub.status_override = None
+    await eventually(lambda: cluster.condition(name, "Validated").get("reason") == "Valid", timeout=20, what="Valid again")
+    assert cluster.condition(name, "Ready")["status"] == "True"
+
+
+async def test_the_operator_reads_no_local_file_a_cr_names(operator: Operator, cluster: Cluster) -> None:
+    doc = copy.deepcopy(LLAMA)
+    doc["metadata"]["name"] = "local-path"
+    del doc["spec"]["target"]["config"]
+    doc["spec"]["target"]["model"] = "/etc/passwd"
+    await cluster.create(with_identity(doc, "uid-path"))
+    await eventually(lambda: cluster.condition("local-path", "Validated").get("status") == "False", what="Validated=False")
+    message = cluster.condition("local-path", "Validated")["message"]
+    assert "spec.target.model" in message and "reads no local files" in message
+    assert not cluster.exists(DEPLOYMENT, "local-path")
+
+
+async def test_info_logs_say_what_was_done(operator: Operator, cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    """INFO is on by default; logging a child write once broke the handler (a reserved
+    LogRecord field passed as `extra`)."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    name = await created(cluster, LLAMA, "uid-logs")
+    await eventually(lambda: cluster.exists(PDB, name), what="children")
+    await eventually(lambda: any(f"Created Deployment {NS}/{name}" in r.getMessage() for r in caplog.records), what="the INFO line")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
