@@ -36,7 +36,7 @@ demo: venv
 test: test-core test-vllm
 
 test-core: venv
-	$(PY) -m pytest -q tests/unit tests/integration
+	$(PY) -m pytest -q tests/unit tests/integration tests/fuzz
 
 # The suites skip without vLLM; importing it first makes a broken vLLM venv fail, not skip.
 test-vllm: vllm-venv

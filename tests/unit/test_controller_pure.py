@@ -74,3 +74,41 @@ def test_kstatus_pair_follows_ready_validated_and_scale_to_zero() -> None:
     assert (invalid["Stalled"].status, invalid["Stalled"].reason, invalid["Reconciling"].status) == ("True", "InvalidPair", "False")
     zero = kstatus_verdicts({**ok, "Ready": Verdict("False", "ScaledToZero")})
     assert zero["Reconciling"].status == "False"
+
+
+def test_merge_patch_ignores_fields_the_api_server_adds() -> None:
+    """Defaults inside list items (terminationMessagePath, protocol) are not drift."""
+    from specdeploy.controller.apply import covers
+
+    desired = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "ports": [{"containerPort": 8000}]}]}}}}
+    live = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "terminationMessagePath": "/dev/termination-log",
+                                                            "ports": [{"containerPort": 8000, "protocol": "TCP"}]}]}}}}
+    assert covers(live, desired) and merge_patch(live, desired) == {}
+    live["spec"]["template"]["spec"]["containers"].append({"name": "sidecar"})  # one more item: drift
+    assert merge_patch(live, desired) == desired
+
+
+def test_status_is_compared_as_stored_and_removed_keys_are_nulled() -> None:
+    from specdeploy.controller.reconcile import _changes
+
+    stored_plan = {"method": "ngram", "tensorParallelSize": 1}  # the API server dropped draftTensorParallelSize: null
+    assert _changes({"plan": stored_plan}, {"plan": {**stored_plan, "draftTensorParallelSize": None}}) == {}
+    assert _changes({"plan": {**stored_plan, "old": 1}}, {"plan": stored_plan}) == {"plan": {"old": None}}
+
+
+def test_events_only_for_warnings_and_real_transitions() -> None:
+    from specdeploy.controller.reconcile import _events
+
+    def conds(**status: str) -> list[dict[str, str]]:
+        return [{"type": t, "status": s, "reason": f"R{t}{s}", "message": ""} for t, s in status.items()]
+
+    # A healthy create: every condition appears in its expected state: no Event.
+    first = conds(Validated="True", Planned="True", Progressing="True", Available="False", Ready="False", Stalled="False")
+    assert _events([], first) == []
+    # Serving: Available and Ready turning True are news.
+    serving = conds(Validated="True", Planned="True", Progressing="False", Available="True", Ready="True", Stalled="False")
+    assert [(t, r) for t, r, _ in _events(first, serving)] == [("Normal", "RAvailableTrue"), ("Normal", "RReadyTrue")]
+    # Replicas lost: a Warning; an invalid edit: a Warning; stuck: a Warning.
+    lost = conds(Validated="False", Planned="True", Progressing="False", Available="False", Ready="False", Stalled="True")
+    kinds = {r: t for t, r, _ in _events(serving, lost)}
+    assert kinds == {"RValidatedFalse": "Warning", "RAvailableFalse": "Warning", "RReadyFalse": "Normal", "RStalledTrue": "Warning"}

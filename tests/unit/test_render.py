@@ -303,3 +303,29 @@ def test_render_is_pure() -> None:
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
+
+
+def test_child_names_fit_kubernetes_limits_for_any_cr_name() -> None:
+    import random
+
+    from specdeploy.render.labels import child_names, is_dns1035_label, is_label_value, label_value
+
+    rng = random.Random(3)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789-."
+    names = ["llama", "vllm", "a" * 63, "3llama", "my.model.v1", ("a" * 61 + ".") * 4 + "a"]
+    names += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 253))).strip("-.") or "x" for _ in range(200)]
+    seen: dict[str, str] = {}
+    for name in names:
+        for kind, child in child_names(name).items():
+            assert is_dns1035_label(child), (name, kind, child)
+        assert is_label_value(label_value(name))
+        assert seen.setdefault(child_names(name)["Service"], name) == name  # distinct CRs never share a child
+    assert child_names("llama") == {"Deployment": "llama", "LeaderWorkerSet": "llama", "Service": "llama-api", "PodDisruptionBudget": "llama"}
+
+
+def test_invalid_names_reports_every_name_kubernetes_would_refuse() -> None:
+    from specdeploy.render import invalid_names
+
+    bad = {"kind": "Service", "metadata": {"name": "My.Service", "labels": {"app.kubernetes.io/instance": "x" * 64}}, "spec": {}}
+    problems = invalid_names([bad])
+    assert len(problems) == 2 and "DNS-1035" in problems[0] and "label" in problems[1]

@@ -11,6 +11,7 @@ from typing import Any
 
 from transformers import CONFIG_MAPPING, PretrainedConfig
 
+from specdeploy.geometry.bounds import config_bound_findings
 from specdeploy.geometry.context_length import LENGTH_KEYS, derived_max_model_len
 from specdeploy.geometry.eagle_format import eagle_text_config, is_eagle_format
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
@@ -171,6 +172,9 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
     """Geometry of one config.json; findings name `field_prefix`.<key> for what is wrong."""
     if not isinstance(raw, dict):
         return None, [error("config-not-object", field_prefix, "config.json must be a JSON object")]
+    bounds = config_bound_findings(raw, field_prefix)
+    if bounds:
+        return None, bounds
     # Wrapper formats vLLM unwraps itself; their architectures are final (no EAGLE re-wrap).
     wrapper = "speculators" if is_speculators_config(raw) else "eagle" if is_eagle_format(raw) else None
     try:

@@ -1,0 +1,118 @@
+"""Types and sane maxima for the config.json values the rules read, checked before any of them
+is used, so a hostile or broken config gives a finding naming the field instead of a crash or
+a hang (a `num_key_value_heads` of 1e18+1 made the divisor search loop to n; a
+`num_hidden_layers` of 1e7 had transformers build a 10-million-entry layer list; a RoPE factor
+of 1e308 overflowed the context length; `group_size: 0` divided by zero).
+
+The maxima are far above any real checkpoint (the largest today: 61-128 layers, 128 heads,
+~262k vocab, 384 experts, 10M positions) and far below what would hurt. vLLM itself has no such
+limits; it would fail later and less clearly (out of memory, or a ZeroDivisionError at load).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from specdeploy.geometry.context_length import LENGTH_KEYS
+from specdeploy.validation.findings import Finding, error
+
+CODE = "config-value-invalid"
+
+_HEADS = 2**16
+_LAYERS = 2**14
+_WIDTH = 2**20
+_VOCAB = 2**24
+_POSITIONS = 2**40
+
+# key -> (lowest, highest) for integer values (lists of integers are checked item by item).
+_INTS: dict[str, tuple[int, int]] = {
+    **{k: (0, _HEADS) for k in ("num_attention_heads", "n_head", "num_heads", "n_heads", "num_key_value_heads", "n_head_kv",
+                                "num_kv_heads", "multi_query_group_num", "num_attention_groups", "kv_n_heads")},
+    **{k: (0, _LAYERS) for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "mtp_num_hidden_layers",
+                                 "num_nextn_predict_layers", "num_mtp_modules", "first_k_dense_replace", "num_target_layers")},
+    **{k: (0, _WIDTH) for k in ("hidden_size", "n_embd", "d_model", "emb_dim", "intermediate_size", "moe_intermediate_size",
+                                "head_dim", "hidden_size_per_head", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+                                "qk_nope_head_dim", "v_head_dim", "routed_expert_hidden_size")},
+    **{k: (0, _VOCAB) for k in ("vocab_size", "draft_vocab_size")},
+    **{k: (0, _HEADS) for k in ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
+                                "num_experts_per_token", "top_k_experts", "moe_topk", "moe_top_k", "num_shared_experts",
+                                "n_shared_experts")},
+    **{k: (0, 4096) for k in ("n_predict", "block_size", "dspark_block_size")},
+    **{k: (1, 64) for k in ("bits", "w_bit", "num_bits")},
+}
+# Numbers that may be floats; only finiteness and the upper bound matter.
+_NUMBERS: dict[str, float] = {**{k: float(_POSITIONS) for k in LENGTH_KEYS}, "original_max_position_embeddings": float(_POSITIONS)}
+_RoPE_KEYS = ("rope_scaling", "rope_parameters")
+_MAX_ROPE_FACTOR = 1e4
+_DICTS = ("text_config", "llm_config", "rope_scaling", "rope_parameters", "quantization_config", "compression_config",
+          "linear_attn_config", "attn_config", "mtp_config", "speculators_config", "transformer_layer_config")
+_STRINGS = ("model_type", "torch_dtype", "dtype", "quant_method")
+_MAX_ARCHITECTURES = 64
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
+    """What is wrong with one value (None: fine). `parent` is the key of the enclosing dict."""
+    if value is None:
+        return None
+    if key in _INTS:
+        low, high = _INTS[key]
+        items = value if isinstance(value, list) and key in ("intermediate_size", "num_experts_per_tok", "num_experts",
+                                                              "num_attention_heads", "num_key_value_heads") else [value]
+        for item in items:
+            if not _is_int(item):
+                return f"{where} must be an integer (got {type(item).__name__} {str(item)[:40]})"
+            if not low <= item <= high:
+                return f"{where} is {item}; a model config has {low}..{high}"
+        return None
+    if key == "group_size":
+        if not _is_int(value) or not (value == -1 or 1 <= value <= _WIDTH):
+            return f"{where} is {str(value)[:40]}; a quantization group size is a positive integer, or -1 for per-channel"
+        return None
+    if key in _NUMBERS:
+        if not _is_number(value) or value > _NUMBERS[key]:
+            return f"{where} is {str(value)[:40]}; a context length is a finite number up to {int(_NUMBERS[key])}"
+        return None
+    if key == "factor" and parent in _RoPE_KEYS + ("full_attention", "sliding_attention"):
+        if not _is_number(value) or not 0 < value <= _MAX_ROPE_FACTOR:
+            return f"{where} is {str(value)[:40]}; a RoPE scaling factor is a number in (0, {_MAX_ROPE_FACTOR:g}]"
+        return None
+    if key == "architectures":
+        if not isinstance(value, list) or not all(isinstance(a, str) for a in value) or len(value) > _MAX_ARCHITECTURES:
+            return f"{where} must be a list of architecture names (strings), e.g. [\"LlamaForCausalLM\"]"
+        return None
+    if key in _STRINGS and not isinstance(value, str):
+        return f"{where} must be a string (got {type(value).__name__})"
+    if key in _DICTS and not isinstance(value, dict):
+        return f"{where} must be an object (got {type(value).__name__})"
+    return None
+
+
+def config_bound_findings(raw: dict[str, Any], field_prefix: str) -> list[Finding]:
+    """One finding per out-of-bounds value, at any depth, each naming the field."""
+    findings: list[Finding] = []
+    stack: list[tuple[dict[str, Any], str, str | None]] = [(raw, field_prefix, None)]
+    while stack and len(findings) < 20:
+        node, path, parent = stack.pop()
+        for key, value in node.items():
+            if not isinstance(key, str):
+                continue
+            where = f"{path}.{key}"
+            problem = _check(key, value, where, parent)
+            if problem is not None:
+                findings.append(error(CODE, where, problem))
+            elif isinstance(value, dict):
+                stack.append((value, where, key))
+            elif isinstance(value, list):
+                stack.extend((item, f"{where}[{i}]", key) for i, item in enumerate(value[:256]) if isinstance(item, dict))
+    return findings

@@ -1,0 +1,48 @@
+"""Malformed CRs through `specdeploy plan -f`, in process: no traceback, no run over 10 s, and
+every refusal names what is wrong (a finding's field, or a message on stderr). The corpus is
+seeded (tests/fuzz/hostile.py); SPECDEPLOY_FUZZ_COUNT runs a bigger one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz.hostile import corpus, names_what_is_wrong, run_plan
+
+COUNT = int(os.environ.get("SPECDEPLOY_FUZZ_COUNT", "300"))
+# Shapes the CLI's own reading handles (issue 11: metadata types, YAML depth and aliases).
+CLI_SHAPES = ("metadata", "deep-yaml")
+# Known gap, reported: an absurd parallelism.tensorParallelSize gives no plan and no finding
+# (the planner's; the spec's bound on it is api/parse's).
+PLANNER_GAP = "parallelism.tensorParallelSize="
+
+
+def _run(tmp_path: Path, *, cli_shapes: bool) -> list[str]:
+    problems = []
+    path = tmp_path / "sd.yaml"
+    for what, text in corpus(COUNT, seed=11):
+        if (what.split()[0] in CLI_SHAPES) != cli_shapes:
+            continue
+        outcome = run_plan(text, path, what)
+        if outcome.traceback:
+            problems.append(f"{what}: traceback {outcome.traceback.strip().splitlines()[-1]}")
+        elif outcome.seconds > 10:
+            problems.append(f"{what}: {outcome.seconds:.1f} s")
+        elif outcome.code not in (0, 1, 2):
+            problems.append(f"{what}: exit {outcome.code}")
+        elif not names_what_is_wrong(outcome) and PLANNER_GAP not in what:
+            problems.append(f"{what}: exit {outcome.code} without naming what is wrong: {outcome.stderr[:200]}")
+    return problems
+
+
+def test_malformed_configs_and_specs_are_refused_by_name(tmp_path: Path) -> None:
+    problems = _run(tmp_path, cli_shapes=False)
+    assert not problems, "\n".join(problems[:20])
+
+
+@pytest.mark.xfail(reason="issue 11 owns reading the YAML stream: metadata of the wrong type, YAML nesting past Python's recursion limit", strict=False)
+def test_malformed_metadata_and_deep_yaml_are_refused_by_name(tmp_path: Path) -> None:
+    problems = _run(tmp_path, cli_shapes=True)
+    assert not problems, "\n".join(problems[:20])
