@@ -10,7 +10,10 @@ import pytest
 from specdeploy.geometry.model_geometry import read_geometry
 from specdeploy.sources import SourceInvalid
 from specdeploy.sources.local import MAX_CONFIG_DEPTH, check_config_shape, parse_config_text
+from specdeploy.vllm import DEFAULT_VERSION, rule_set
 from tests.conftest import load_config
+
+DEFAULT_FACTS = rule_set(DEFAULT_VERSION)
 
 QWEN3 = load_config("Qwen__Qwen3-8B")
 QUANT = {"quant_method": "gptq", "bits": 4}
@@ -32,7 +35,7 @@ QUANT = {"quant_method": "gptq", "bits": 4}
 def test_each_hostile_value_is_a_finding_naming_the_field(key: str, value: Any, field: str) -> None:
     raw = copy.deepcopy(QWEN3)
     raw[key] = value
-    geometry, findings = read_geometry(raw, "spec.target.config")
+    geometry, findings = read_geometry(raw, "spec.target.config", DEFAULT_FACTS)
     assert geometry is None
     assert [f.field for f in findings] == [f"spec.target.config.{field}"]
     assert findings[0].code == "config-value-invalid"
@@ -41,7 +44,7 @@ def test_each_hostile_value_is_a_finding_naming_the_field(key: str, value: Any, 
 def test_real_values_pass_including_gptq_per_channel_group_size() -> None:
     raw = copy.deepcopy(QWEN3)
     raw["quantization_config"] = {**QUANT, "group_size": -1}
-    geometry, findings = read_geometry(raw, "spec.target.config")
+    geometry, findings = read_geometry(raw, "spec.target.config", DEFAULT_FACTS)
     assert geometry is not None and not findings
 
 

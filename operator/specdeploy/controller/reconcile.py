@@ -29,7 +29,7 @@ from specdeploy.controller.state import ConfigCache, DesiredChildren
 from specdeploy.pipeline import ModelInputs, evaluate
 from specdeploy.render import child_names, endpoint, invalid_names, render_manifests, selector_string
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
-from specdeploy.validation.findings import Severity
+from specdeploy.findings import VALIDATION_STAGES, Severity
 
 _WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 STALE_CONFIG = "ConfigRefreshRetrying"
@@ -194,17 +194,20 @@ class Reconciler:
         # 3. evaluate (validation + plan)
         evaluation = evaluate(spec, target, draft)
         desired["findings"] = [f.to_dict() for f in evaluation.findings]
+        def summary(errors: list) -> str:
+            return f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
+
         errors = [f for f in evaluation.findings if f.severity is Severity.ERROR]
-        if errors:
-            verdicts["Validated"] = Verdict("False", "ValidationFailed", f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""))
+        if not evaluation.validated:
+            verdicts["Validated"] = Verdict("False", "ValidationFailed", summary([f for f in errors if f.stage in VALIDATION_STAGES]))
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "fix the findings first")
             return finish()
         if stale is not None:
             verdicts["Validated"] = Verdict("True", STALE_CONFIG, f"valid with the last config read; refreshing it failed: {stale.field}: {stale.message} (retrying)")
         else:
-            verdicts["Validated"] = Verdict("True", "Valid", f"{spec.draft.method} draft is compatible with the target")
-        if evaluation.plan is None:
-            verdicts["Planned"] = Verdict("False", "NoFeasiblePlan", "no layout fits; see findings")
+            verdicts["Validated"] = Verdict("True", "Valid", f"{spec.draft.method} draft is compatible with the target (vLLM {evaluation.vllm_version} rules)")
+        if evaluation.plan is None or errors:
+            verdicts["Planned"] = Verdict("False", "NoFeasiblePlan", summary(errors) if errors else "no layout fits; see findings")
             return finish()
         plan = evaluation.plan
         verdicts["Planned"] = Verdict(
@@ -212,7 +215,7 @@ class Reconciler:
             f"tp={plan.tensor_parallel_size} pp={plan.pipeline_parallel_size} draftTp={plan.draft_tensor_parallel_size} "
             f"nodes/replica={plan.nodes_per_replica} gpus/pod={plan.gpus_per_pod}",
         )
-        desired["plan"] = plan.to_dict()
+        desired["plan"] = evaluation.plan_dict()
         retry_message = f"{stale.field}: {stale.message}" if stale is not None else None
 
         # 4. render, check names, apply, prune

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from specdeploy.geometry.context_length import LENGTH_KEYS
-from specdeploy.validation.findings import Finding, error
+from specdeploy.findings import Finding, Stage, error
 
 CODE = "config-value-invalid"
 
@@ -110,7 +110,7 @@ def config_bound_findings(raw: dict[str, Any], field_prefix: str) -> list[Findin
             where = f"{path}.{key}"
             problem = _check(key, value, where, parent)
             if problem is not None:
-                findings.append(error(CODE, where, problem))
+                findings.append(error(CODE, where, problem, Stage.CONFIG))
             elif isinstance(value, dict):
                 stack.append((value, where, key))
             elif isinstance(value, list):
