@@ -11,6 +11,7 @@ server-side apply: the emulator used in tests has none); swapping in SSA is loca
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -22,7 +23,16 @@ from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
 from specdeploy.controller.permissions import allows
 
 RETRY_DELAY_S = 15.0
-REQUEST_TIMEOUT = (10.0, 60.0)  # connect, read
+# Seconds per API request (connect, read); SPECDEPLOY_API_TIMEOUT_S overrides the read part.
+API_TIMEOUT_ENV = "SPECDEPLOY_API_TIMEOUT_S"
+
+
+def request_timeout() -> tuple[float, float]:
+    try:
+        read = float(os.environ.get(API_TIMEOUT_ENV, "60"))
+    except ValueError:
+        read = 60.0
+    return (min(10.0, read), read)
 
 
 class KubeTemporaryError(kopf.TemporaryError):
@@ -83,6 +93,7 @@ class Kube:
         self.api_client = api_client
         self.read_secrets = read_secrets
         self.on_response = on_response  # (method, kind, HTTP status): the metrics hook
+        self.timeout = request_timeout()
 
     # -- verbs ------------------------------------------------------------------------------
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -152,7 +163,7 @@ class Kube:
         )
         where = f"{kind_name} {namespace}/{name or (body or {}).get('metadata', {}).get('name')}"
         try:
-            response = self.api_client.call_api(method, url, header_params=headers, body=data, _request_timeout=REQUEST_TIMEOUT)
+            response = self.api_client.call_api(method, url, header_params=headers, body=data, _request_timeout=self.timeout)
             response.read()
         except (Urllib3Error, OSError, TimeoutError) as exc:
             raise KubeTemporaryError(f"{method} {where}: {type(exc).__name__}: {exc}", delay=RETRY_DELAY_S) from exc

@@ -21,7 +21,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
-from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
 from specdeploy.controller.reconcile import Reconciler, Result, owner_of
 from specdeploy.controller.state import ConfigCache, DesiredChildren
 from specdeploy.render.labels import MANAGED_BY
@@ -54,7 +54,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 310
     settings.watching.connect_timeout = 30
-    settings.networking.request_timeout = 60
+    settings.networking.request_timeout = request_timeout()[1]
     # Only namespaces given on the command line (or all): no cluster-wide namespace/CRD watch.
     settings.scanning.disabled = True
     # Explicit Events only (condition transitions, invalid specs) plus kopf's own warnings.

@@ -1,0 +1,120 @@
+"""The shipped operator behind a fault-injecting proxy: API errors and timeouts on child
+writes and status patches are retried with backoff (a 403 too, slower), Stalled=True while it
+cannot progress, no hot loop, converged once the fault is gone; a dropped watch and a SIGKILL
+mid-reconcile change nothing in the end state. Backoffs are scaled down (SPECDEPLOY_BACKOFF_SCALE)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specdeploy.demo import write_kubeconfig
+
+from .conftest import DEPLOYMENT, PDB, SERVICE, Cluster, Operator, created, eventually, example, with_identity
+from .fault_proxy import FaultProxy, start_proxy
+
+ROOT = Path(__file__).resolve().parents[2]
+LLAMA = example("llama-3.1-8b-eagle3.yaml")
+NAME = LLAMA["metadata"]["name"]
+DEPLOYMENTS = r"/apis/apps/v1/namespaces/ns1/deployments$"
+SERVICES = r"/api/v1/namespaces/ns1/services$"
+STATUS = r"/speculativedeployments/[^/]+/status$"
+
+
+@pytest.fixture
+async def proxied(emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    proxy, runner, url = await start_proxy(str(emulator.url))
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(url, tmp_path / "proxied-kubeconfig")))
+    monkeypatch.setenv("SPECDEPLOY_BACKOFF_SCALE", "0.05")
+    monkeypatch.setenv("SPECDEPLOY_API_TIMEOUT_S", "1")
+    yield proxy
+    await proxy.drop_watches()
+    await runner.cleanup()
+
+
+@pytest.fixture
+async def faulty(proxied: FaultProxy, emulator: Any) -> Any:
+    op = Operator(emulator)
+    await op.start()
+    yield proxied
+    await op.stop()
+
+
+def _children(cluster: Cluster) -> bool:
+    return all(cluster.exists(r, n) for r, n in ((DEPLOYMENT, NAME), (SERVICE, f"{NAME}-api"), (PDB, NAME)))
+
+
+async def test_a_403_stalls_with_slow_retries_and_converges_once_rbac_is_fixed(faulty: FaultProxy, cluster: Cluster) -> None:
+    faulty.inject("POST", DEPLOYMENTS, 403)
+    await cluster.create(with_identity(LLAMA, "uid-403"))
+    await eventually(lambda: cluster.condition(NAME, "Stalled").get("status") == "True", what="Stalled=True")
+    assert cluster.condition(NAME, "Progressing")["reason"] == "ApplyFailed"
+    assert "RBAC" in cluster.condition(NAME, "Stalled")["message"]
+    assert cluster.condition(NAME, "Ready")["status"] == "False"
+    assert not cluster.exists(SERVICE, f"{NAME}-api")  # nothing half-created past the refusal
+    await asyncio.sleep(2.0)
+    assert faulty.count("POST", DEPLOYMENTS) <= 4, "403 retried in a hot loop"
+    faulty.clear()
+    await eventually(lambda: _children(cluster), timeout=30, what="children once the 403 is gone")
+    await eventually(lambda: cluster.condition(NAME, "Stalled").get("status") == "False", what="Stalled=False")
+    assert any(e.get("reason") == "ApplyFailed" and e.get("type") == "Warning" for e in cluster.events())
+
+
+async def test_5xx_409_429_and_timeouts_are_retried_until_converged(faulty: FaultProxy, cluster: Cluster) -> None:
+    faulty.inject("POST", DEPLOYMENTS, 500, times=2)
+    faulty.inject("POST", SERVICES, 409, times=1)
+    faulty.inject("GET", r"/api/v1/namespaces/ns1/services/[^/]+$", delay=2.5, times=1)  # past the 1 s deadline
+    faulty.inject("PATCH", STATUS, 429, times=2)
+    name = await created(cluster, LLAMA, "uid-5xx")
+    await eventually(lambda: _children(cluster), timeout=20, what="children")
+    await eventually(lambda: cluster.condition(name, "Stalled").get("status") == "False", what="Stalled=False")
+    assert cluster.sd(name)["status"]["workload"] == f"Deployment/{name}"
+    assert faulty.count("POST", DEPLOYMENTS, 500) == 2 and faulty.count("POST", DEPLOYMENTS, 200) == 1  # the emulator answers 200
+    # Settled (after kopf's own bookkeeping of the retries): nothing more is written.
+    await asyncio.sleep(1.0)
+    mark = len(faulty.log)
+    await asyncio.sleep(1.0)
+    assert [e for e in faulty.log[mark:] if e[0] in ("POST", "PATCH", "DELETE") and "/events" not in e[1]] == []
+
+
+async def test_a_dropped_watch_is_reopened_and_the_next_edit_applied(faulty: FaultProxy, cluster: Cluster) -> None:
+    name = await created(cluster, LLAMA, "uid-watch")
+    assert await faulty.drop_watches() >= 3
+    await asyncio.sleep(0.5)
+    await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": 5}}, generation=2)
+    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 2, timeout=20, what="the edit after the drop")
+    assert cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 5
+
+
+def _operator_process(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "specdeploy.cli", "run", "--namespace", "ns1"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def test_sigkill_mid_reconcile_then_restart_leaves_one_set_of_children(proxied: FaultProxy, cluster: Cluster) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'operator'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    hold = proxied.inject("POST", SERVICES, delay=60)  # the Deployment is created, the Service hangs
+    process = _operator_process(env)
+    try:
+        await cluster.create(with_identity(LLAMA, "uid-kill"))
+        await eventually(lambda: hold.hits >= 1, timeout=30, what="the reconcile in the middle")
+        assert cluster.exists(DEPLOYMENT, NAME) and not cluster.exists(SERVICE, f"{NAME}-api")
+        process.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(process.wait, 10)
+        proxied.clear()
+        process = _operator_process(env)
+        await eventually(lambda: _children(cluster), timeout=40, what="the children after the restart")
+        await eventually(lambda: cluster.condition(NAME, "Planned").get("status") == "True", timeout=20, what="Planned=True")
+        assert cluster.sd(NAME)["status"]["workload"] == f"Deployment/{NAME}"
+        for resource, child in ((DEPLOYMENT, NAME), (SERVICE, f"{NAME}-api"), (PDB, NAME)):
+            assert cluster.get(resource, child)["metadata"]["ownerReferences"][0]["uid"] == "uid-kill"
+    finally:
+        process.kill()
+        await asyncio.to_thread(process.wait, 10)
