@@ -66,6 +66,7 @@ crd: venv
 
 bench: venv
 	$(PY) bench/bench_validate.py
+	$(PY) bench/bench_operator.py --count 500 --rate 20
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_NEXT_VENV) .pytest_cache

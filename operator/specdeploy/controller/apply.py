@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from specdeploy.controller.kube import Kube
+from specdeploy.controller.kube import Kube, KubeTemporaryError
 from specdeploy.render.labels import MANAGED_BY
 
 # Map fields under which every key is ours: keys no longer rendered are deleted.
@@ -98,14 +98,22 @@ def owned_by(live: dict[str, Any], uid: str) -> bool:
     return ours and (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == MANAGED_BY
 
 
-def apply_child(kube: Kube, desired: dict[str, Any], logger: logging.Logger, live: dict[str, Any] | None = None,
-                *, known: bool = False) -> Applied:
-    """Create or patch one child. `known=True`: `live` is the current object (or None when
-    it is gone), so no GET is needed."""
+def apply_child(kube: Kube, desired: dict[str, Any], logger: logging.Logger, *, assume_missing: bool = False) -> Applied:
+    """Create or patch one child. `assume_missing`: try the create first (one request instead
+    of two for a new CR); an existing object (409) is read and patched as usual."""
     meta = desired["metadata"]
     kind, namespace, name = desired["kind"], meta["namespace"], meta["name"]
-    if not known:
-        live = kube.get(kind, namespace, name)
+    live = None
+    if assume_missing:
+        try:
+            created = kube.create(desired)
+        except KubeTemporaryError as exc:
+            if exc.status != 409:
+                raise
+        else:
+            logger.info("Created %s %s/%s", kind, namespace, name)
+            return Applied(kind, name, "created", created)
+    live = kube.get(kind, namespace, name)
     if live is None:
         created = kube.create(desired)
         logger.info("Created %s %s/%s", kind, namespace, name)

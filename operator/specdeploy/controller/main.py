@@ -23,7 +23,7 @@ from kubernetes import config as k8s_config
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
 from specdeploy.controller.reconcile import Reconciler, Result, owner_of
-from specdeploy.controller.state import ConfigCache, DesiredChildren
+from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache
 from specdeploy.render.labels import MANAGED_BY
 
 registry = kopf.OperatorRegistry()
@@ -60,10 +60,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Explicit Events only (condition transitions, invalid specs) plus kopf's own warnings.
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING
-    settings.execution.max_workers = 8
+    settings.execution.max_workers = 32
     memo.kube = Kube(_api_client(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true")
     memo.desired = DesiredChildren()
     memo.configs = ConfigCache()
+    memo.evaluations = EvaluationCache()
 
 
 def _api_client() -> k8s_client.ApiClient:
@@ -101,7 +102,7 @@ def backoff(kind: str, retry: int) -> float:
 
 
 def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
-    return Reconciler(memo.kube, logger, desired=memo.desired, configs=memo.configs)
+    return Reconciler(memo.kube, logger, desired=memo.desired, configs=memo.configs, evaluations=memo.evaluations)
 
 
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
@@ -119,12 +120,15 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.
         raise kopf.TemporaryError(result.retry, delay=backoff(result.retry_kind, retry))
 
 
-@kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="forget", registry=registry)
-def forget(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+def _deleted(type: str | None, **_: Any) -> bool:
+    return type == "DELETED"
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="forget", when=_deleted, registry=registry)
+def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted CR: drop what we remembered for it (its children go by garbage collection)."""
-    if type == "DELETED":
-        meta = body.get("metadata") or {}
-        memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
+    meta = body.get("metadata") or {}
+    memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
 
 
 def _child_event(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, *, workload: bool) -> None:
@@ -133,7 +137,9 @@ def _child_event(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kop
         reconciler.heal(body, type)
     except (KubeTemporaryError, KubePermanentError) as exc:  # the next event or resync retries
         logger.warning("Could not put back %s %s: %s", body.get("kind"), (body.get("metadata") or {}).get("name"), exc)
-    if workload:
+    # A workload with no status yet carries no readiness news (the reconcile that created it
+    # wrote the status); skipping it saves reading the parent on every create.
+    if workload and (type == "DELETED" or body.get("status")):
         _mirror(body, type, memo, logger)
 
 

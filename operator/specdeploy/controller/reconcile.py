@@ -25,7 +25,7 @@ from specdeploy.controller.conditions import (
     workload_verdicts,
 )
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
-from specdeploy.controller.state import ConfigCache, DesiredChildren
+from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache
 from specdeploy.pipeline import ModelInputs, evaluate
 from specdeploy.render import child_names, endpoint, invalid_names, render_manifests, selector_string
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
@@ -115,11 +115,12 @@ class Reconciler:
     share it)."""
 
     def __init__(self, kube: Kube, logger: logging.Logger, *, desired: DesiredChildren | None = None,
-                 configs: ConfigCache | None = None):
+                 configs: ConfigCache | None = None, evaluations: EvaluationCache | None = None):
         self.kube = kube
         self.logger = logger
         self.desired = desired if desired is not None else DesiredChildren()
         self.configs = configs if configs is not None else ConfigCache()
+        self.evaluations = evaluations if evaluations is not None else EvaluationCache()
 
     def reconcile(self, body: Mapping[str, Any], *, now: str, retry: int = 0) -> Result:
         meta = body.get("metadata") or {}
@@ -192,7 +193,9 @@ class Reconciler:
             return finish()
 
         # 3. evaluate (validation + plan)
-        evaluation = evaluate(spec, target, draft)
+        key = EvaluationCache.key(body.get("spec"), target.config, target.weight_bytes,
+                                  draft.config if draft else None, draft.weight_bytes if draft else None)
+        evaluation = self.evaluations.get_or_compute(key, lambda: evaluate(spec, target, draft))
         desired["findings"] = [f.to_dict() for f in evaluation.findings]
         def summary(errors: list) -> str:
             return f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
@@ -227,14 +230,19 @@ class Reconciler:
             child["metadata"]["ownerReferences"] = [_owner_reference(body)]
         uid = meta["uid"]
         entry = self.desired.lock(namespace, name, uid)
+        # A CR never applied before (no workload in status, nothing remembered): its children
+        # are most likely missing, so create first (a 409 falls back to read + patch) and there
+        # is nothing of ours to prune.
+        first = "workload" not in previous and not entry.children
         with entry.lock:
             # Record first: the watch events our own writes cause then compare equal.
             entry.children = {(c["kind"], c["metadata"]["name"]): c for c in children}
             try:
-                applied = [apply_child(self.kube, child, self.logger) for child in children]
-                keep = set(entry.children)
-                candidates = [(k, n) for k, n in child_names(name).items()]
-                prune(self.kube, namespace, uid, candidates, keep, self.logger)
+                applied = [apply_child(self.kube, child, self.logger, assume_missing=first) for child in children]
+                if not first:
+                    keep = set(entry.children)
+                    candidates = [(k, n) for k, n in child_names(name).items()]
+                    prune(self.kube, namespace, uid, candidates, keep, self.logger)
             except KubeTemporaryError as exc:
                 stuck = exc.slow or retry >= 1
                 failed = Verdict("False", "ApplyFailed", f"{exc} (retrying)") if stuck else Verdict("Unknown", "ApplyRetrying", f"{exc} (retrying)")

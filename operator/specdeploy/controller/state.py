@@ -80,3 +80,33 @@ class ConfigCache:
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
         return value, None
+
+
+class EvaluationCache:
+    """`evaluate` is pure, so its result is cached by the content it reads (the spec and both
+    configs, canonical JSON): 500 CRs of one model cost one evaluation, not 500."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._items: OrderedDict[str, Any] = OrderedDict()
+        self._size = size
+        self._guard = threading.Lock()
+
+    @staticmethod
+    def key(*parts: Any) -> str:
+        import hashlib
+        import json
+
+        canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def get_or_compute(self, key: str, compute: Callable[[], Any]) -> Any:
+        with self._guard:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = compute()
+        with self._guard:
+            self._items[key] = value
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return value
