@@ -45,7 +45,9 @@ async def test_create_renders_children_status_and_plan(operator: Operator, clust
     assert flag(args, "--tensor-parallel-size") == "1"
     pod = dep["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["resources"] == {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    # Host CPU and memory from the plan (1 GPU: 2 + 2 cores, 16Gi + 8Gi); GPUs requested and limited.
+    assert container["resources"] == {"requests": {"cpu": "4", "memory": "24Gi", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    assert dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8000"
     assert container["startupProbe"]["httpGet"]["path"] == "/health"
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
     assert pod["enableServiceLinks"] is False

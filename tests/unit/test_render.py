@@ -133,7 +133,7 @@ def test_pod_resources_volumes_env_and_probes() -> None:
     dep = by_kind(render_manifests(spec(), make_plan(), name="llama", namespace="ml"))["Deployment"]
     pod = dep["spec"]["template"]["spec"]
     c = container(dep["spec"]["template"])
-    assert c["resources"] == {"requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}}
+    assert c["resources"] == {"requests": {"cpu": "10", "memory": "48Gi", "nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}}
     assert pod["enableServiceLinks"] is False
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
@@ -295,3 +295,21 @@ def test_invalid_names_reports_every_name_kubernetes_would_refuse() -> None:
     bad = {"kind": "Service", "metadata": {"name": "My.Service", "labels": {"app.kubernetes.io/instance": "x" * 64}}, "spec": {}}
     problems = invalid_names([bad])
     assert len(problems) == 2 and "DNS-1035" in problems[0] and "label" in problems[1]
+
+
+def test_host_requests_follow_the_plan_unless_the_spec_sets_them() -> None:
+    from specdeploy.api.parse import parse_spec
+    from specdeploy.render.pod import host_requests
+
+    spec, _ = parse_spec({"target": {"model": "m", "config": {}}, "draft": {"method": "ngram"},
+                          "resources": {"cpu": "6", "memory": "100Gi"}})
+    assert spec is not None
+
+    class EightGpus:
+        gpus_per_pod = 8
+
+    assert host_requests(spec, EightGpus()) == {"cpu": "6", "memory": "100Gi"}  # type: ignore[arg-type]
+    default, _ = parse_spec({"target": {"model": "m", "config": {}}, "draft": {"method": "ngram"}})
+    assert host_requests(default, EightGpus()) == {"cpu": "18", "memory": "80Gi"}  # type: ignore[arg-type]
+    bad, findings = parse_spec({"target": {"model": "m"}, "draft": {"method": "ngram"}, "resources": {"memory": "lots"}})
+    assert bad is None and findings[0].field == "spec.resources.memory"

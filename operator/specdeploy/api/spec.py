@@ -120,8 +120,13 @@ class GpuSpec(SpecModel):
     resource_name: str | None = Field(None, description="Extended resource requested per pod. Default: the product's vendor's (nvidia.com/gpu, amd.com/gpu); nvidia.com/gpu when no product is named.", max_length=253)
 
 
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
+
+
 class ResourcesSpec(SpecModel):
     gpu: GpuSpec = Field(default_factory=GpuSpec, description="The GPUs the model runs on.")
+    cpu: str | None = Field(None, pattern=QUANTITY, max_length=32, description="CPU request of each vLLM pod (a Kubernetes quantity). Default: 2 + 2 per GPU in the pod (the API server, the engine core and one worker process per GPU each keep a core busy).")
+    memory: str | None = Field(None, pattern=QUANTITY, max_length=32, description="Memory request of each vLLM pod (a Kubernetes quantity). Default: 16Gi + 8Gi per GPU in the pod (Python, tokenizer, pinned staging buffers and the weights' page cache while loading).")
 
 
 class ParallelismSpec(SpecModel):

@@ -20,6 +20,8 @@ NODE_RANK_ENV = "SPECDEPLOY_NODE_RANK"
 # Startup budget for the first load of a multi-TB checkpoint (download + load + compile):
 # 10 s x 720 = 2 h before the kubelet gives up. /health only answers once the engine is up.
 STARTUP_PERIOD_S = 10
+# For Prometheus' annotation-based pod discovery; vLLM serves /metrics on the API port.
+SCRAPE_ANNOTATIONS = {"prometheus.io/scrape": "true", "prometheus.io/port": str(HTTP_PORT), "prometheus.io/path": "/metrics"}
 STARTUP_FAILURE_THRESHOLD = 720
 
 
@@ -90,6 +92,19 @@ def _probe(period: int, failures: int, timeout: int) -> dict[str, Any]:
     }
 
 
+def host_requests(spec: SpeculativeDeploymentSpec, plan: Plan) -> dict[str, str]:
+    """CPU and memory each vLLM pod requests, unless the spec sets them: 2 cores + 2 per GPU
+    (vLLM runs the API server, the engine core and one worker process per GPU, each busy on a
+    core) and 16Gi + 8Gi per GPU (Python and the tokenizer, pinned staging buffers, the page
+    cache of the weights while they load). Requests only: no CPU limit (throttling a GPU
+    server's host side costs throughput), no memory limit (an OOM kill mid-load wastes GPUs)."""
+    gpus = plan.gpus_per_pod
+    return {
+        "cpu": spec.resources.cpu or str(2 + 2 * gpus),
+        "memory": spec.resources.memory or f"{16 + 8 * gpus}Gi",
+    }
+
+
 def _container(spec: SpeculativeDeploymentSpec, plan: Plan, role: NodeRole) -> dict[str, Any]:
     gpus = {plan.gpu_resource_name: str(plan.gpus_per_pod)}
     container: dict[str, Any] = {
@@ -98,7 +113,7 @@ def _container(spec: SpeculativeDeploymentSpec, plan: Plan, role: NodeRole) -> d
         "imagePullPolicy": "IfNotPresent",
         "args": vllm_args(spec, plan, role),
         "env": _env(spec, role),
-        "resources": {"requests": dict(gpus), "limits": dict(gpus)},
+        "resources": {"requests": {**host_requests(spec, plan), **gpus}, "limits": dict(gpus)},
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "model-cache", "mountPath": HF_HOME},
@@ -146,4 +161,7 @@ def pod_template(spec: SpeculativeDeploymentSpec, plan: Plan, name: str, role: N
         pod["priorityClassName"] = scheduling.priority_class_name
     if scheduling.runtime_class_name:
         pod["runtimeClassName"] = scheduling.runtime_class_name
-    return {"metadata": {"labels": labels(name)}, "spec": pod}
+    metadata: dict[str, Any] = {"labels": labels(name)}
+    if role is not NodeRole.WORKER:  # vLLM serves Prometheus metrics on its HTTP port
+        metadata["annotations"] = dict(SCRAPE_ANNOTATIONS)
+    return {"metadata": metadata, "spec": pod}
