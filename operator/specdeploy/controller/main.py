@@ -21,7 +21,9 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
+from specdeploy.controller import leader
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
+from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
 from specdeploy.controller.reconcile import Reconciler, Result, owner_of
 from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache
 from specdeploy.render.labels import MANAGED_BY
@@ -61,7 +63,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 32
-    memo.kube = Kube(_api_client(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true")
+    memo.kube = Kube(_api_client(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true",
+                     on_response=METRICS.on_response)
     memo.desired = DesiredChildren()
     memo.configs = ConfigCache()
     memo.evaluations = EvaluationCache()
@@ -109,15 +112,26 @@ def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
-    try:
-        result: Result = _reconciler(memo, logger).reconcile(body, now=_now(), retry=retry)
-    except KubeTemporaryError as exc:  # reading the CR itself failed: nothing decided yet
-        raise kopf.TemporaryError(str(exc), delay=backoff("slow" if exc.slow else "api", retry)) from exc
+    with METRICS.duration.time():
+        try:
+            result: Result = _reconciler(memo, logger).reconcile(body, now=_now(), retry=retry)
+        except KubeTemporaryError as exc:  # reading the CR itself failed: nothing decided yet
+            METRICS.reconciles.labels("retry").inc()
+            raise kopf.TemporaryError(str(exc), delay=backoff("slow" if exc.slow else "api", retry)) from exc
+        except Exception:
+            METRICS.reconciles.labels("error").inc()
+            raise
     for key, value in result.status_patch.items():
         patch.status[key] = value
+    meta = body.get("metadata") or {}
+    status = {**(body.get("status") or {}), **result.status_patch}
+    METRICS.state.observe(meta.get("namespace", ""), meta.get("name", ""), status)
     _post(body, result.events)
     if result.retry is not None:
+        METRICS.reconciles.labels("retry").inc()
         raise kopf.TemporaryError(result.retry, delay=backoff(result.retry_kind, retry))
+    valid = all(c.get("status") == "True" for c in status.get("conditions") or [] if c.get("type") in ("Validated", "Planned"))
+    METRICS.reconciles.labels("ok" if valid else "invalid").inc()
 
 
 def _deleted(type: str | None, **_: Any) -> bool:
@@ -129,6 +143,7 @@ def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted CR: drop what we remembered for it (its children go by garbage collection)."""
     meta = body.get("metadata") or {}
     memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
+    METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
 
 
 def _child_event(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, *, workload: bool) -> None:
@@ -156,6 +171,7 @@ def _mirror(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Log
     result = _reconciler(memo, logger).mirror(parent, workload, now=_now())
     if result.status_patch:
         kube.merge_patch(KIND, namespace, owner[0], {"status": result.status_patch}, subresource="status")
+        METRICS.state.observe(namespace, owner[0], {**(parent.get("status") or {}), **result.status_patch})
         _post(parent, result.events)
 
 
@@ -200,21 +216,53 @@ def run(
     stop_flag: threading.Event | None = None,
     log_format: str | None = None,
 ) -> None:
-    """Run the operator until stopped. Standalone: kopf peering is not leader election, so
-    the chart runs one replica with `strategy: Recreate` instead."""
+    """Run the operator until stopped. kopf runs standalone (its peering is not leader
+    election); with SPECDEPLOY_LEADER_ELECTION=true this replica first waits for the Lease
+    (controller/leader.py), so the chart can run two. SPECDEPLOY_METRICS_PORT serves /metrics
+    and /readyz."""
     if not namespaces and not all_namespaces:
         raise ValueError("give --namespace at least once, or --all-namespaces")
     configure_logging(log_format or os.environ.get(LOG_FORMAT_ENV, "text"))
     try:  # fail fast with a clear message instead of kopf retrying its startup every minute
-        _api_client().close()
+        api_client = _api_client()
     except k8s_config.ConfigException as exc:
         raise ValueError(f"no Kubernetes credentials ({exc}): set KUBECONFIG, or run in a pod with a service account") from exc
-    kopf.run(
-        registry=registry,
-        standalone=True,
-        clusterwide=all_namespaces,
-        namespaces=[] if all_namespaces else list(namespaces),
-        liveness_endpoint=liveness,
-        ready_flag=ready_flag,
-        stop_flag=stop_flag,
-    )
+    port = os.environ.get(METRICS_PORT_ENV)
+    server = METRICS.serve(int(port)) if port else None
+    METRICS.ready.set()  # serving (as leader or standby)
+
+    def operate(stop: threading.Event) -> None:
+        kopf.run(
+            registry=registry,
+            standalone=True,
+            clusterwide=all_namespaces,
+            namespaces=[] if all_namespaces else list(namespaces),
+            liveness_endpoint=liveness,
+            ready_flag=ready_flag,
+            stop_flag=stop,
+        )
+
+    stop = stop_flag or threading.Event()
+    try:
+        if leader.enabled():
+            namespace = os.environ.get(leader.LEASE_NAMESPACE_ENV) or (namespaces[0] if namespaces else "default")
+            leader.run_as_leader(lambda lost: operate(_either(stop, lost)), api_client, namespace)
+        else:
+            operate(stop)
+    finally:
+        api_client.close()
+        if server is not None:
+            server.shutdown()
+
+
+def _either(a: threading.Event, b: threading.Event) -> threading.Event:
+    """An event set as soon as `a` or `b` is (kopf takes one stop flag)."""
+    both = threading.Event()
+
+    def relay() -> None:
+        while not both.is_set():
+            if a.wait(0.2) or b.is_set():
+                both.set()
+
+    threading.Thread(target=relay, daemon=True).start()
+    return both

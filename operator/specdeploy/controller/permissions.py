@@ -36,7 +36,10 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("policy", "poddisruptionbudgets", ("get", "list", "watch", "create", "patch", "delete")),
     # Model configs given as spec.target.configMapRef / spec.draft.configMapRef.
     Permission("", "configmaps", ("get",)),
-    # Events for every condition transition (kopf posts them to core/v1 events).
+    # Leader election (two replicas, one active): the Lease in the operator's namespace.
+    # The renewal is a merge patch carrying the resourceVersion it read (controller/leader.py).
+    Permission("coordination.k8s.io", "leases", ("get", "create", "patch")),
+    # Events for warnings and meaningful condition transitions (kopf posts them to core/v1 events).
     Permission("", "events", ("create",)),
 )
 

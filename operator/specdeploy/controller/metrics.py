@@ -1,0 +1,98 @@
+"""The operator's own Prometheus metrics and its readiness, on one small HTTP server.
+
+`/metrics` (prometheus_client's exposition): reconciles by result, reconcile duration, API
+responses with an error status by verb, kind and code, and two gauges computed at scrape time
+from what the reconciles last saw: CRs by Ready status, and current findings by code and
+severity. `/readyz`: 200 once the operator has started (leader or standby), else 503.
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+METRICS_PORT_ENV = "SPECDEPLOY_METRICS_PORT"
+
+
+class _StateCollector:
+    """CRs by Ready and findings by code, from the last status each CR was given."""
+
+    def __init__(self) -> None:
+        self._state: dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...]]] = {}
+        self._guard = threading.Lock()
+
+    def observe(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        ready = next((c.get("status", "Unknown") for c in status.get("conditions") or [] if c.get("type") == "Ready"), "Unknown")
+        findings = tuple((f.get("code", ""), f.get("severity", "")) for f in status.get("findings") or [] if isinstance(f, dict))
+        with self._guard:
+            self._state[(namespace, name)] = (ready, findings)
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._guard:
+            self._state.pop((namespace, name), None)
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        with self._guard:
+            state = list(self._state.values())
+        ready = GaugeMetricFamily("specdeploy_resources", "SpeculativeDeployments by their Ready condition", labels=["ready"])
+        counts: dict[str, int] = {"True": 0, "False": 0, "Unknown": 0}
+        by_code: dict[tuple[str, str], int] = {}
+        for status, findings in state:
+            counts[status] = counts.get(status, 0) + 1
+            for key in findings:
+                by_code[key] = by_code.get(key, 0) + 1
+        for status, n in sorted(counts.items()):
+            ready.add_metric([status], n)
+        yield ready
+        found = GaugeMetricFamily("specdeploy_findings", "Current findings over all SpeculativeDeployments", labels=["code", "severity"])
+        for (code, severity), n in sorted(by_code.items()):
+            found.add_metric([code, severity], n)
+        yield found
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.reconciles = Counter("specdeploy_reconciles", "Reconciles by result (ok, invalid, retry, error)", ["result"], registry=self.registry)
+        self.duration = Histogram("specdeploy_reconcile_duration_seconds", "Time one reconcile took", registry=self.registry,
+                                  buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self.api_errors = Counter("specdeploy_api_errors", "Kubernetes API responses with an error status", ["method", "kind", "code"], registry=self.registry)
+        self.state = _StateCollector()
+        self.registry.register(self.state)  # type: ignore[arg-type]
+        self.ready = threading.Event()
+
+    def on_response(self, method: str, kind: str, status: int) -> None:
+        if status >= 400 and not (status == 404 and method == "GET"):
+            self.api_errors.labels(method, kind, str(status)).inc()
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+        metrics = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] == "/metrics":
+                    body, code, kind = generate_latest(metrics.registry), 200, CONTENT_TYPE_LATEST
+                elif self.path.split("?")[0] in ("/readyz", "/healthz"):
+                    ok = metrics.ready.is_set()
+                    body, code, kind = (b"ok\n" if ok else b"starting\n"), (200 if ok else 503), "text/plain"
+                else:
+                    body, code, kind = b"not found\n", 404, "text/plain"
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        server = ThreadingHTTPServer((host, port), Handler)
+        threading.Thread(target=server.serve_forever, name="specdeploy-metrics", daemon=True).start()
+        return server
+
+
+METRICS = Metrics()
