@@ -136,7 +136,9 @@ def test_kube_version_below_the_minimum_is_refused(helm):
 @pytest.mark.parametrize(
     "bad",
     [
-        ["--set", "replicas=2"],  # unknown top-level key: the Deployment has exactly one replica
+        ["--set", "replicas=0"],
+        ["--set", "logFormat=xml"],
+        ["--set", "metrics.serviceMonitor.interval=often"],
         ["--set", "watchNamespaces[0]=Not_A_Namespace"],
         ["--set", "image.pullPolicy=Sometimes"],
         ["--set", "image.digest=latest"],
@@ -266,11 +268,21 @@ def _container(objects: list[dict]) -> dict:
 
 
 @pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
-def test_deployment_is_one_recreate_replica_with_restricted_pod_security(helm, values):
+def test_deployment_is_two_leader_electing_replicas_with_restricted_pod_security(helm, values):
     objects = render(helm, values)
     (dep,) = by_kind(objects, "Deployment")
     spec, pod = dep["spec"], dep["spec"]["template"]["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2 and spec["strategy"]["type"] == "RollingUpdate"
+    env = {e["name"]: e.get("value") for e in _container(objects)["env"]}
+    assert env["SPECDEPLOY_LEADER_ELECTION"] == "true"
+    watched = values_of(values).get("watchNamespaces") or []
+    assert env["SPECDEPLOY_LEASE_NAMESPACE"] == (watched[0] if watched else NAMESPACE)
+    (pdb,) = by_kind(objects, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"] == spec["selector"] and pdb["spec"]["maxUnavailable"] == 1
+    assert _container(objects)["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    (svc,) = [s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("-metrics")]
+    assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert not by_kind(objects, "ServiceMonitor")
     assert pod["enableServiceLinks"] is False
     # Pod Security Standard "restricted", field by field.
     psc, csc = pod["securityContext"], _container(objects)["securityContext"]
@@ -420,3 +432,14 @@ def test_packaged_chart_renders_the_same_as_the_source_tree(helm, tmp_path):
             capture_output=True, text=True, timeout=120)
         assert packaged.returncode == 0, packaged.stderr
         assert [d for d in yaml.safe_load_all(packaged.stdout) if d] == render(helm, values)
+
+
+def test_one_replica_runs_without_leader_election_and_a_service_monitor_is_optional(helm):
+    objects = render(helm, None, "--set", "replicas=1", "--set", "metrics.serviceMonitor.enabled=true", "--set", "logFormat=json")
+    (dep,) = by_kind(objects, "Deployment")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    env = {e["name"]: e.get("value") for e in _container(objects)["env"]}
+    assert "SPECDEPLOY_LEADER_ELECTION" not in env and env["SPECDEPLOY_LOG_FORMAT"] == "json"
+    assert not by_kind(objects, "PodDisruptionBudget")
+    (monitor,) = by_kind(objects, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"

@@ -22,7 +22,7 @@ from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 LEADER_ELECTION_ENV = "SPECDEPLOY_LEADER_ELECTION"  # "true" to enable
-LEASE_NAMESPACE_ENV = "POD_NAMESPACE"
+LEASE_NAMESPACE_ENV = "SPECDEPLOY_LEASE_NAMESPACE"  # the chart: a namespace its RBAC covers
 LEASE_DURATION_ENV = "SPECDEPLOY_LEASE_DURATION_S"
 LEASE_NAME = "specdeploy-operator"
 

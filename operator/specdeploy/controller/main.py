@@ -245,7 +245,8 @@ def run(
     stop = stop_flag or threading.Event()
     try:
         if leader.enabled():
-            namespace = os.environ.get(leader.LEASE_NAMESPACE_ENV) or (namespaces[0] if namespaces else "default")
+            namespace = (os.environ.get(leader.LEASE_NAMESPACE_ENV) or os.environ.get("POD_NAMESPACE")
+                         or (namespaces[0] if namespaces else "default"))
             leader.run_as_leader(lambda lost: operate(_either(stop, lost)), api_client, namespace)
         else:
             operate(stop)
