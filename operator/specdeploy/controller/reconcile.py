@@ -187,7 +187,7 @@ class Reconciler:
             verdicts["Validated"] = Verdict("Unknown", "ConfigUnavailable", f"{why} (retrying)")
             return finish(retry_message=why)
         except SourceInvalid as exc:
-            desired["findings"] = [{"code": "config-invalid", "severity": "error", "field": exc.field, "message": exc.message}]
+            desired["findings"] = [{"code": "config-invalid", "severity": "error", "stage": "config", "field": exc.field, "message": exc.message}]
             verdicts["Validated"] = Verdict("False", "ConfigInvalid", f"{exc.field}: {exc.message}")
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "the model config could not be read")
             return finish()
