@@ -213,3 +213,34 @@ async def test_info_logs_say_what_was_done(operator: Operator, cluster: Cluster,
     await eventually(lambda: cluster.exists(PDB, name), what="children")
     await eventually(lambda: any(f"Created Deployment {NS}/{name}" in r.getMessage() for r in caplog.records), what="the INFO line")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_rapid_edits_end_with_the_last_one(operator: Operator, cluster: Cluster) -> None:
+    name = await created(cluster, LLAMA, "uid-rapid")
+    last = 0
+    for generation, k in enumerate([4, 5, 2, 6, 3, 5, 4, 7, 2, 3] * 2, start=2):
+        await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": k}}, generation=generation)
+        last = k
+        await asyncio.sleep(0.02)
+    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 21, timeout=30, what="the last generation")
+    await eventually(lambda: cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == last, timeout=10, what="the last plan")
+    assert f'"num_speculative_tokens":{last}' in " ".join(_args(cluster.get(DEPLOYMENT, name)))
+
+
+async def test_an_unexpected_error_is_reported_in_status(operator: Operator, cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in a rule (played by a failing evaluate) leaves a status that says so."""
+    from specdeploy.controller import reconcile
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(reconcile, "evaluate", broken)
+    monkeypatch.setenv("SPECDEPLOY_BACKOFF_SCALE", "0.05")
+    doc = copy.deepcopy(LLAMA)
+    doc["metadata"]["name"] = "broken"
+    await cluster.create(with_identity(doc, "uid-broken"))
+    await eventually(lambda: cluster.condition("broken", "Ready").get("reason") == "ReconcileError", what="ReconcileError")
+    assert "ZeroDivisionError" in cluster.condition("broken", "Ready")["message"]
+    assert cluster.condition("broken", "Stalled")["status"] == "True"
+    monkeypatch.undo()
+    await eventually(lambda: cluster.condition("broken", "Planned").get("status") == "True", timeout=20, what="recovered")

@@ -11,7 +11,7 @@ from specdeploy.api.status import CONDITION_TYPES, Condition
 
 
 # Progressing reasons that mean the operator cannot make progress on its own (kstatus Stalled).
-STUCK_REASONS = frozenset({"ApplyFailed", "InvalidChildNames"})
+STUCK_REASONS = frozenset({"ApplyFailed", "InvalidChildNames", "ReconcileError"})
 
 
 @dataclass(frozen=True)

@@ -118,9 +118,14 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.
         except KubeTemporaryError as exc:  # reading the CR itself failed: nothing decided yet
             METRICS.reconciles.labels("retry").inc()
             raise kopf.TemporaryError(str(exc), delay=backoff("slow" if exc.slow else "api", retry)) from exc
-        except Exception:
+        except Exception as exc:  # a bug: say so in status rather than leave none
             METRICS.reconciles.labels("error").inc()
-            raise
+            logger.exception("Reconcile failed unexpectedly")
+            result = _reconciler(memo, logger).failed(body, exc, now=_now())
+            for key, value in result.status_patch.items():
+                patch.status[key] = value
+            _post(body, result.events)
+            raise kopf.TemporaryError(result.retry or str(exc), delay=backoff("api", retry)) from exc
     for key, value in result.status_patch.items():
         patch.status[key] = value
     meta = body.get("metadata") or {}

@@ -258,6 +258,20 @@ class Reconciler:
         )
         return finish(retry_message)
 
+    def failed(self, body: Mapping[str, Any], error: BaseException, *, now: str) -> Result:
+        """Status for a reconcile that raised unexpectedly (a bug, not a verdict): Ready=False
+        and Stalled=True say so with the error, instead of no status at all. The children
+        are left as they are; the caller retries with backoff."""
+        previous = dict(body.get("status") or {})
+        old_conditions = previous.get("conditions") or []
+        verdicts = verdicts_from(old_conditions)
+        message = f"the reconcile failed unexpectedly ({type(error).__name__}: {str(error)[:300]}); retrying"
+        verdicts["Progressing"] = Verdict("False", "ReconcileError", message)
+        verdicts["Ready"] = Verdict("False", "ReconcileError", message)
+        generation = (body.get("metadata") or {}).get("generation")
+        conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
+        return Result(_changes(previous, {"conditions": conditions}), _events(old_conditions, conditions), message, "api")
+
     def _resolve(self, spec: SpeculativeDeploymentSpec, namespace: str) -> tuple[ModelInputs, ModelInputs | None, SourceUnavailable | None]:
         token = None
         if spec.hf_token_secret_ref is not None:
