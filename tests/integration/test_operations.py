@@ -244,3 +244,35 @@ async def test_an_unexpected_error_is_reported_in_status(operator: Operator, clu
     assert cluster.condition("broken", "Stalled")["status"] == "True"
     monkeypatch.undo()
     await eventually(lambda: cluster.condition("broken", "Planned").get("status") == "True", timeout=20, what="recovered")
+
+
+@pytest.fixture
+def reads_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEPLOY_READ_HF_TOKEN_SECRETS", "true")
+
+
+async def test_the_hub_token_is_used_but_never_written_anywhere(hub: FakeHub, reads_secrets: None, operator: Operator,
+                                                                cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    import base64
+    import json
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    token = "hf_do_not_leak_0123456789"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": NS},
+              "data": {"token": base64.b64encode(token.encode()).decode()}}
+    response = await cluster.k.post(f"/api/v1/namespaces/{NS}/secrets", json=secret)
+    assert response.status in (200, 201)
+    doc = copy.deepcopy(LLAMA)
+    doc["metadata"]["name"] = "gated"
+    del doc["spec"]["target"]["config"]
+    doc["spec"]["hfTokenSecretRef"] = {"name": "hf-token", "key": "token"}
+    name = await created(cluster, doc, "uid-gated")
+    await eventually(lambda: cluster.exists(PDB, name), what="children")
+    assert any(auth == f"Bearer {token}" for _, _, auth in hub.requests)  # the operator did use it
+    written = json.dumps([cluster.sd(name), cluster.get(DEPLOYMENT, name), cluster.get(SERVICE, f"{name}-api"),
+                          cluster.get(PDB, name), cluster.events()])
+    assert token not in written
+    env = cluster.get(DEPLOYMENT, name)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in env
+    assert not [r for r in caplog.records if token in r.getMessage()]
