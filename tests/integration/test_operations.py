@@ -276,3 +276,17 @@ async def test_the_hub_token_is_used_but_never_written_anywhere(hub: FakeHub, re
     env = cluster.get(DEPLOYMENT, name)["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in env
     assert not [r for r in caplog.records if token in r.getMessage()]
+
+
+async def test_a_spec_over_256_kib_gets_its_status_and_small_annotations(operator: Operator, cluster: Cluster) -> None:
+    """kopf's record of the handled spec is a digest: Kubernetes caps annotations at 256 KiB."""
+    import json
+
+    doc = copy.deepcopy(LLAMA)
+    doc["metadata"]["name"] = "big-spec"
+    doc["spec"]["target"]["config"]["padding"] = ["x" * 1000] * 300  # ~300 KiB, inside the object limit
+    name = await created(cluster, doc, "uid-big")
+    annotations = cluster.sd(name)["metadata"].get("annotations") or {}
+    assert len(json.dumps(annotations)) < 4096, {k: len(v) for k, v in annotations.items()}
+    await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": 5}}, generation=2)  # a change is still seen
+    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 2, what="the edit handled")

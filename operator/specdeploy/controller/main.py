@@ -22,6 +22,7 @@ from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from specdeploy.controller import leader
+from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
 from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
 from specdeploy.controller.reconcile import Reconciler, Result, owner_of
@@ -50,9 +51,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     and the API client every handler uses."""
     settings.persistence.finalizer = f"{API_GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=API_GROUP, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 310
     settings.watching.connect_timeout = 30
