@@ -209,6 +209,21 @@ def configure_logging(log_format: str) -> None:
     if log_format not in ("text", "json"):
         raise ValueError(f"log format {log_format!r}: use text or json")
     kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL)
+    objects = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, _QuietWatchHandlers) for f in objects.filters):
+        objects.addFilter(_QuietWatchHandlers())
+
+
+class _QuietWatchHandlers(logging.Filter):
+    """Drops kopf's "Handler 'heal-pdb' succeeded." line, logged for every child watch event
+    (thousands an hour at scale, saying nothing); what a handler did is logged by the handler."""
+
+    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "forget")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or not isinstance(record.msg, str) or not record.msg.startswith("Handler '"):
+            return True
+        return not any(record.msg.startswith(f"Handler '{id_}' succeeded") for id_ in self._IDS)
 
 
 def run(
