@@ -77,6 +77,10 @@ async def test_5xx_409_429_and_timeouts_are_retried_until_converged(faulty: Faul
     await eventually(lambda: cluster.condition(name, "Stalled").get("status") == "False", what="Stalled=False")
     assert cluster.sd(name)["status"]["workload"] == f"Deployment/{name}"
     assert faulty.count("POST", DEPLOYMENTS, 500) == 2 and faulty.count("POST", DEPLOYMENTS, 200) == 1  # the emulator answers 200
+    # The first failure said it was retrying (Unknown), the second that it was stuck (Stalled).
+    history = [v for v in cluster.k.objects["specdeploy.io/v1alpha1/speculativedeployments", "ns1", name].history if v is not None]
+    reasons = {(c["type"], c["reason"]) for v in history for c in (v.get("status") or {}).get("conditions", [])}
+    assert ("Progressing", "ApplyRetrying") in reasons and ("Stalled", "ApplyFailed") in reasons
     # Settled (after kopf's own bookkeeping of the retries): nothing more is written.
     await asyncio.sleep(1.0)
     mark = len(faulty.log)

@@ -32,8 +32,8 @@ def _port() -> int:
 def _start(pod: str, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "operator"), "SPECDEPLOY_LEADER_ELECTION": "true", "SPECDEPLOY_LEASE_NAMESPACE": "ns1",
            "POD_NAME": pod, "SPECDEPLOY_LEASE_DURATION_S": "4", "SPECDEPLOY_METRICS_PORT": str(port)}
-    log = open(os.environ.get("SPECDEPLOY_TEST_LOG_DIR", os.devnull) if "SPECDEPLOY_TEST_LOG_DIR" not in os.environ
-               else Path(os.environ["SPECDEPLOY_TEST_LOG_DIR"]) / f"{pod}.log", "w")
+    logs = os.environ.get("SPECDEPLOY_TEST_LOG_DIR")  # set it to keep each operator's log
+    log = open(Path(logs) / f"{pod}.log" if logs else os.devnull, "w")
     return subprocess.Popen([sys.executable, "-m", "specdeploy.cli", "run", "--namespace", "ns1"], env=env,
                             stdout=log, stderr=log)
 

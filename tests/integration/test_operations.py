@@ -290,3 +290,25 @@ async def test_a_spec_over_256_kib_gets_its_status_and_small_annotations(operato
     assert len(json.dumps(annotations)) < 4096, {k: len(v) for k, v in annotations.items()}
     await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": 5}}, generation=2)  # a change is still seen
     await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 2, what="the edit handled")
+
+
+async def test_nothing_is_created_while_any_child_name_is_invalid(operator: Operator, cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard behind the name shortening: a renderer bug (played here) that yields one
+    invalid name creates no child at all, so no GPUs are held by a set that cannot serve."""
+    from specdeploy.controller import reconcile
+
+    real = reconcile.render_manifests
+
+    def one_bad_name(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        children = real(*args, **kwargs)
+        children[-1]["metadata"]["name"] = "Not_A.Valid-Name"
+        return children
+
+    monkeypatch.setattr(reconcile, "render_manifests", one_bad_name)
+    doc = copy.deepcopy(LLAMA)
+    doc["metadata"]["name"] = "bad-names"
+    await cluster.create(with_identity(doc, "uid-bad-names"))
+    await eventually(lambda: cluster.condition("bad-names", "Progressing").get("reason") == "InvalidChildNames", what="InvalidChildNames")
+    assert "Not_A.Valid-Name" in cluster.condition("bad-names", "Progressing")["message"]
+    assert cluster.condition("bad-names", "Stalled")["status"] == "True"
+    assert not cluster.exists(DEPLOYMENT, "bad-names") and not cluster.exists(SERVICE, "bad-names-api")
