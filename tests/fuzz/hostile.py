@@ -197,12 +197,16 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     tracebacks, slow, unnamed, codes = [], [], [], {}
+    by_shape: dict[str, dict[str, int]] = {}
     slowest = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sd.yaml"
         for what, text in corpus(args.count, args.seed):
             outcome = run_plan(text, path, what)
             codes[outcome.code] = codes.get(outcome.code, 0) + 1
+            shape = by_shape.setdefault(what.split()[0], {"runs": 0, "tracebacks": 0})
+            shape["runs"] += 1
+            shape["tracebacks"] += bool(outcome.traceback)
             slowest = max(slowest, outcome.seconds)
             if outcome.traceback:
                 tracebacks.append(outcome)
@@ -212,7 +216,7 @@ def main() -> int:
                 slow.append(outcome)
     print(json.dumps({"count": args.count, "seed": args.seed, "exit_codes": {str(k): v for k, v in codes.items()},
                       "tracebacks": len(tracebacks), "over_10s": len(slow), "unnamed": len(unnamed),
-                      "slowest_s": round(slowest, 2)}))
+                      "slowest_s": round(slowest, 2), "by_shape": by_shape}))
     for o in tracebacks[:10]:
         print("TRACEBACK", o.what, o.traceback.strip().splitlines()[-1] if o.traceback else "")
     for o in unnamed[:10]:

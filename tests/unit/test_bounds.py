@@ -31,6 +31,7 @@ QUANT = {"quant_method": "gptq", "bits": 4}
     ("quantization_config", {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "group_size": 0}}}},
      "quantization_config.config_groups.g.weights.group_size"),
     ("text_config", [1], "text_config"),
+    ("intermediate_size", [1, 2, 3], "intermediate_size"),
 ])
 def test_each_hostile_value_is_a_finding_naming_the_field(key: str, value: Any, field: str) -> None:
     raw = copy.deepcopy(QWEN3)

@@ -67,8 +67,8 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
         return None
     if key in _INTS:
         low, high = _INTS[key]
-        items = value if isinstance(value, list) and key in ("intermediate_size", "num_experts_per_tok", "num_experts",
-                                                              "num_attention_heads", "num_key_value_heads") else [value]
+        # Lists only where the geometry reads a list (per-layer expert counts).
+        items = value if isinstance(value, list) and key in ("num_experts_per_tok", "num_experts") else [value]
         for item in items:
             if not _is_int(item):
                 return f"{where} must be an integer (got {type(item).__name__} {str(item)[:40]})"
