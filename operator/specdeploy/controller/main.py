@@ -67,6 +67,17 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.desired = DesiredChildren()
     memo.configs = ConfigCache()
     memo.evaluations = EvaluationCache()
+    _warm_up()
+
+
+def _warm_up() -> None:
+    """transformers imports each config class on first use (about a second for the first):
+    pay it at start-up, not in the first reconcile while the other workers wait."""
+    from transformers import CONFIG_MAPPING
+
+    for model_type in ("llama", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "mixtral", "gpt_oss"):
+        if model_type in CONFIG_MAPPING:
+            CONFIG_MAPPING[model_type]
 
 
 def _api_client() -> k8s_client.ApiClient:
