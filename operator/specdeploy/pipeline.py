@@ -43,11 +43,14 @@ def evaluate(
     spec: SpeculativeDeploymentSpec,
     target: ModelInputs,
     draft: ModelInputs | None,
+    *,
+    k_in_force: int | None = None,
 ) -> Evaluation:
     """Validate the pair and plan its layout. `draft` is None for ngram/suffix (and mtp,
-    which reads the target's own MTP layers)."""
+    which reads the target's own MTP layers). `k_in_force`: with numSpeculativeTokens auto,
+    the k the telemetry chose (status.speculation), which the plan then renders."""
     from specdeploy.planning.planner import plan_deployment
     from specdeploy.render.owned_flags import extra_args_findings
 
-    evaluation = plan_deployment(spec, target, draft)
+    evaluation = plan_deployment(spec, target, draft, k_in_force)
     return Evaluation(evaluation.findings + tuple(extra_args_findings(spec)), evaluation.plan)

@@ -115,7 +115,7 @@ class Reconciler:
             return finish()
 
         # 3. evaluate (validation + plan)
-        evaluation = evaluate(spec, target, draft)
+        evaluation = evaluate(spec, target, draft, k_in_force=_k_in_force(previous))
         desired["findings"] = [f.to_dict() for f in evaluation.findings]
         errors = [f for f in evaluation.findings if f.severity is Severity.ERROR]
         if errors:
@@ -197,6 +197,14 @@ class Reconciler:
         if workload is not None:
             desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
         return Result(_changes(previous, desired), _events(old_conditions, conditions))
+
+
+def _k_in_force(status: Mapping[str, Any]) -> int | None:
+    """With numSpeculativeTokens auto: the k the telemetry chose (it stamps when it did);
+    `evaluate` ignores it for a spec that sets k itself."""
+    speculation = status.get("speculation") or {}
+    k = speculation.get("numSpeculativeTokens")
+    return k if isinstance(k, int) and speculation.get("numSpeculativeTokensChangedAt") else None
 
 
 def _owner_reference(body: Mapping[str, Any]) -> dict[str, Any]:

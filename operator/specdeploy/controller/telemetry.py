@@ -34,6 +34,7 @@ from specdeploy.api.status import Condition
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, selector_labels, selector_string
 from specdeploy.telemetry import Window, analyse, parse_counters
+from specdeploy.telemetry.auto_k import KChange, decide_k
 from specdeploy.telemetry.metrics import MetricsError
 from specdeploy.telemetry.model import Analysis, draft_cost
 from specdeploy.telemetry.report import speculation_status
@@ -175,9 +176,31 @@ class Telemetry:
         moved, skipped, read = self._scrape(tracked, namespace, name, now_s)
         if not moved:
             return None
-        analysis = analyse(tracked.window.increase(now_s), method=plan.get("method"),
-                           cost=(cost := draft_cost(plan.get("method", ""), plan))[0], cost_source=cost[1], k=k)
-        return self._write(body, status, analysis, read, skipped, now_s)
+        cost, cost_source = draft_cost(plan.get("method", ""), plan)
+        analysis = analyse(tracked.window.increase(now_s), method=plan.get("method"), cost=cost, cost_source=cost_source, k=k)
+        change = None
+        if _spec_k(body) == "auto" and k:
+            previous = status.get("speculation") or {}
+            change = decide_k(analysis, current_k=k, last_change_s=_seconds(previous.get("numSpeculativeTokensChangedAt")), now_s=now_s)
+        patch = self._write(body, status, analysis, read, skipped, now_s, change)
+        if change is not None:
+            self._roll_out(namespace, name, change)
+        return patch
+
+    def _roll_out(self, namespace: str, name: str, change: KChange) -> None:
+        """Re-run the reconcile with the new k in force: it renders it into --speculative-config
+        and the workload rolls out as for any spec change. The spec itself is never written."""
+        from specdeploy.controller.reconcile import Reconciler
+
+        fresh = self.kube.get(KIND, namespace, name)
+        if fresh is None:
+            return
+        result = Reconciler(self.kube, self.logger).reconcile(fresh, now=_utc(time.time()))
+        if result.status_patch:
+            self.kube.merge_patch(KIND, namespace, name, {"status": result.status_patch}, subresource="status")
+        for type_, reason, message in result.events:
+            self._event(fresh, type_, reason, message, _utc(time.time()))
+        self.logger.info("%s/%s: %s", namespace, name, change.reason)
 
     def _scrape(self, tracked: _Tracked, namespace: str, name: str, now_s: float) -> tuple[bool, list[tuple[str, str]], int]:
         wanted_labels = selector_labels(name).items()  # also client-side: the selector is the contract
@@ -208,13 +231,17 @@ class Telemetry:
             return None, f"GET {url}: {type(exc).__name__}: {getattr(exc, 'reason', exc)}"
 
     def _write(self, body: Mapping[str, Any], status: dict[str, Any], analysis: Analysis, read: int,
-               skipped: list[tuple[str, str]], now_s: float) -> dict[str, Any] | None:
+               skipped: list[tuple[str, str]], now_s: float, change: KChange | None = None) -> dict[str, Any] | None:
         meta = body["metadata"]
         previous = status.get("speculation") or {}
         now = _utc(now_s)
-        k_reason = _k_reason(body)
+        auto = _spec_k(body) == "auto"
         speculation = speculation_status(analysis, window_s=self.window_s, observed_at=now, pods=read, skipped=skipped,
-                                         k_reason=k_reason, k_changed_at=previous.get("numSpeculativeTokensChangedAt"))
+                                         k_reason=_k_reason(body, previous),
+                                         k_changed_at=previous.get("numSpeculativeTokensChangedAt") if auto else None)
+        if change is not None:  # the k in force from now on: the reconcile reads it from here
+            speculation.update(numSpeculativeTokens=change.k, numSpeculativeTokensReason=change.reason,
+                               numSpeculativeTokensChangedAt=now)
         old_conditions = list(status.get("conditions") or [])
         conditions = set_condition(old_conditions, analysis.verdict, now=now, generation=meta.get("generation"))
         patch: dict[str, Any] = {}
@@ -225,6 +252,8 @@ class Telemetry:
         if not patch:
             return None
         self.kube.merge_patch(KIND, meta["namespace"], meta["name"], {"status": patch}, subresource="status")
+        if change is not None:
+            self._event(body, "Normal", "SpeculativeTokensChanged", change.reason, now)
         before = next((c for c in old_conditions if c.get("type") == CONDITION), {})
         if before.get("status") != analysis.verdict.status and analysis.verdict.status != "Unknown":
             self._event(body, "Warning" if analysis.verdict.status == "False" else "Normal", analysis.verdict.reason,
@@ -249,10 +278,18 @@ class Telemetry:
             self.logger.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
 
 
-def _k_reason(body: Mapping[str, Any]) -> str:
-    k = ((body.get("spec") or {}).get("draft") or {}).get("numSpeculativeTokens")
-    if k is None:
-        return "the draft config's default (spec.draft.numSpeculativeTokens is not set)"
+def _spec_k(body: Mapping[str, Any]) -> Any:
+    return ((body.get("spec") or {}).get("draft") or {}).get("numSpeculativeTokens")
+
+
+def _k_reason(body: Mapping[str, Any], previous: Mapping[str, Any]) -> str:
+    """Why the k in force is in force: auto's last decision, else what the plan said (the
+    k-auto / k-default finding), else the spec."""
+    if _spec_k(body) == "auto" and previous.get("numSpeculativeTokensChangedAt") and previous.get("numSpeculativeTokensReason"):
+        return str(previous["numSpeculativeTokensReason"])
+    for finding in (body.get("status") or {}).get("findings") or []:
+        if finding.get("code") in ("k-auto", "k-default"):
+            return str(finding.get("message", ""))
     return "set in spec.draft.numSpeculativeTokens"
 
 

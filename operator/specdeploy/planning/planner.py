@@ -242,7 +242,8 @@ def _decisions(models: _Models, layout: _Layout, per_node: int) -> tuple[str, ..
     return tuple(decisions)
 
 
-def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_in: ModelInputs | None) -> Evaluation:
+def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_in: ModelInputs | None,
+                    k_in_force: int | None = None) -> Evaluation:
     """Validate the pair, then try layouts in preference order and keep the first that
     is valid and fits; the plan lists every candidate and why it lost."""
     models, findings = _read_models(spec, target_in, draft_in)
@@ -250,7 +251,7 @@ def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, dra
         return Evaluation(tuple(findings), None)
     target = models.target
     findings += check_pair(spec, target, models.draft)
-    k, k_findings = resolve_num_speculative_tokens(spec, models.draft)
+    k, k_findings = resolve_num_speculative_tokens(spec, models.draft, k_in_force)
     findings += k_findings
     gpu_gib, gpu_findings = _gpu_memory_gib(spec)
     findings += gpu_findings

@@ -27,33 +27,58 @@ def divisors_note(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-def resolve_num_speculative_tokens(spec: SpeculativeDeploymentSpec, draft: Geometry | None) -> tuple[int | None, list[Finding]]:
-    """k as vLLM will settle it (SpeculativeConfig.__post_init__ / _verify_args)."""
+# With numSpeculativeTokens: auto and no default in the draft config (vLLM then has none), the
+# first k; the telemetry moves it to the goodput model's recommendation (controller/telemetry.py).
+AUTO_START_K = 3
+
+
+def resolve_num_speculative_tokens(
+    spec: SpeculativeDeploymentSpec, draft: Geometry | None, k_in_force: int | None = None
+) -> tuple[int | None, list[Finding]]:
+    """k as vLLM will settle it (SpeculativeConfig.__post_init__ / _verify_args). With
+    `auto`, the k the telemetry put in force (`k_in_force`), else the starting k."""
     method, k = spec.draft.method, spec.draft.num_speculative_tokens
+    n_predict = draft.n_predict if draft is not None and method not in ("dspark", "mtp") else None
+    if method == "mtp" and draft is not None and draft.mtp is not None:
+        n_predict = draft.mtp.n_predict
+    findings: list[Finding] = []
+    if k == "auto":
+        k, findings = _auto_k(spec, draft, k_in_force, n_predict)
     if method == "suffix" and k is None:
         depth = spec.draft.speculative_config.get("suffix_decoding_max_tree_depth", 24)
         return int(depth), [info("k-default", K_FIELD, f"suffix decoding defaults k to its tree depth ({depth})")]
     default = default_num_speculative_tokens(method, draft)
-    findings: list[Finding] = []
     if k is None and method in TARGET_AS_DRAFT_METHODS and not spec.draft.model:
         # SpeculativeConfig.__post_init__ makes the target its own draft only when k is set;
         # without k and a draft model there is no draft config to default from.
         return None, [error("k-required", K_FIELD,
-                            f"numSpeculativeTokens is required for {method} without draft.model: vLLM drafts from the target checkpoint only when k is set")]
+                            f"numSpeculativeTokens is required for {method} without draft.model: vLLM drafts from the target checkpoint only when k is set (or set it to auto)")]
     if k is None:
         if default is None or default <= 0:
             source = "block_size" if method == "dspark" else "n_predict"
             return None, [error("k-required", K_FIELD,
-                                f"numSpeculativeTokens is required: the {method} draft config has no {source} to default from; set an integer >= 1")]
+                                f"numSpeculativeTokens is required: the {method} draft config has no {source} to default from; set an integer >= 1 or auto")]
         findings.append(info("k-default", K_FIELD, f"numSpeculativeTokens defaults to {default} from the draft config"))
         return default, findings
-    n_predict = draft.n_predict if draft is not None and method not in ("dspark", "mtp") else None
-    if method == "mtp" and draft is not None and draft.mtp is not None:
-        n_predict = draft.mtp.n_predict
     if n_predict and k > n_predict and k % n_predict != 0:
         findings.append(error("k-not-multiple-of-n-predict", K_FIELD,
                               f"numSpeculativeTokens {k} exceeds the draft's n_predict {n_predict} and must then be a multiple of it (vLLM reuses the {n_predict} prediction heads)"))
     return k, findings
+
+
+def _auto_k(spec: SpeculativeDeploymentSpec, draft: Geometry | None, k_in_force: int | None, n_predict: int | None) -> tuple[int, list[Finding]]:
+    """numSpeculativeTokens: auto -> the k in force, or where auto starts."""
+    def allowed(k: int) -> bool:  # the n_predict rule below, so auto never picks a k vLLM refuses
+        return not (n_predict and k > n_predict and k % n_predict != 0)
+
+    if k_in_force is not None and allowed(k_in_force):
+        return k_in_force, [info("k-auto", K_FIELD, f"numSpeculativeTokens auto: k {k_in_force}, chosen from the measured acceptance (status.speculation)")]
+    if spec.draft.method == "suffix":
+        start, why = int(spec.draft.speculative_config.get("suffix_decoding_max_tree_depth", 24)), "suffix decoding's tree depth"
+    else:
+        default = default_num_speculative_tokens(spec.draft.method, draft)
+        start, why = (default, "the draft config's default") if default and default > 0 else (AUTO_START_K, "no default in the draft config")
+    return start, [info("k-auto", K_FIELD, f"numSpeculativeTokens auto: starting at {start} ({why}); the operator moves it to the recommended k once the measured acceptance says it pays")]
 
 
 def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
