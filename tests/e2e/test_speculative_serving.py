@@ -284,7 +284,8 @@ async def test_draft_model_serves_rendered_pod(tiny, tmp_path, fast_telemetry, o
     assert speculation["drafts"] >= 100 and speculation["acceptanceRate"] < 0.05
     effective = _effective(cluster, "tiny-draft-model")
     assert (effective["status"], effective["reason"]) == ("False", "AcceptanceCollapsed"), effective
-    assert any(e.get("type") == "Warning" and e.get("reason") == "AcceptanceCollapsed" for e in cluster.events())
+    await eventually(lambda: any(e.get("type") == "Warning" and e.get("reason") == "AcceptanceCollapsed" for e in cluster.events()),
+                     what="the Warning Event")
 
 
 async def test_eagle3_serves_rendered_pod(tiny, tmp_path, fast_telemetry, operator: Operator, cluster: Cluster) -> None:

@@ -7,6 +7,7 @@ can move them or hold them still."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
@@ -140,7 +141,7 @@ async def test_status_speculation_equals_the_counters_and_only_moves_with_them(
     assert spec["predictedSpeedup"] == round(2.5 / (1 + cost * 3), 3)
     effective = cluster.condition(name, "SpeculationEffective")
     assert (effective["status"], effective["reason"]) == ("True", "Effective")
-    assert any(e.get("reason") == "Effective" and e.get("type") == "Normal" for e in cluster.events())
+    await eventually(lambda: any(e.get("reason") == "Effective" and e.get("type") == "Normal" for e in cluster.events()), what="a Normal Event")
 
     # Counters held still: no status write, however many scrapes.
     mark, scrapes = cluster.mark(), metrics.requests
@@ -173,8 +174,11 @@ async def test_collapsed_acceptance_sets_speculation_effective_false_with_a_warn
                             and cluster.condition(name, "SpeculationEffective"), what="SpeculationEffective=False")
     assert cond["reason"] == "AcceptanceCollapsed"
     assert "acceptance 0.4%" in cond["message"] and "eagle_aux_hidden_state_layer_ids" in cond["message"]
-    warnings = [e for e in cluster.events() if e.get("type") == "Warning" and e.get("reason") == "AcceptanceCollapsed"]
-    assert len(warnings) == 1 and warnings[0]["involvedObject"]["name"] == name
+    def warnings() -> list[dict[str, Any]]:
+        return [e for e in cluster.events() if e.get("type") == "Warning" and e.get("reason") == "AcceptanceCollapsed"]
+
+    (warning,) = await eventually(warnings, what="the Warning Event")
+    assert warning["involvedObject"]["name"] == name and "eagle_aux_hidden_state_layer_ids" in warning["message"]
     assert _speculation(cluster, name)["recommendedNumSpeculativeTokens"] == 1
     # The rest of the status is the reconcile's and stays as it was.
     assert cluster.condition(name, "Validated")["status"] == "True"
@@ -202,3 +206,39 @@ async def test_a_pod_without_metrics_is_skipped_with_the_reason(
     assert reasons[f"{name}-1"] == "not ready"
     assert "Connection refused" in reasons[f"{name}-2"] or "refused" in reasons[f"{name}-2"].lower()
     assert spec["pods"] == 1
+
+
+async def test_auto_k_moves_to_the_recommendation_through_a_rollout_and_never_writes_the_spec(
+    fast_telemetry: None, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    import json
+
+    from .test_operator import LLAMA, args_of
+
+    metrics, port = vllm_metrics
+    doc = copy.deepcopy(LLAMA)
+    doc["spec"]["draft"]["numSpeculativeTokens"] = "auto"
+    name = await _serving(cluster, doc, "uid-auto", port)
+
+    def k_rendered() -> int:
+        args = args_of(cluster.get(DEPLOYMENT, name))
+        return json.loads(args[args.index("--speculative-config") + 1])["num_speculative_tokens"]
+
+    assert k_rendered() == 3  # an EAGLE3 head has no n_predict: auto starts at 3
+    spec_before = cluster.sd(name)["spec"]
+    await eventually(lambda: metrics.requests >= 1, what="a first scrape")
+    # 1000 drafts, conditional acceptance .9 per position: k=5 is predicted >= 5 % faster.
+    metrics.step(drafts=1000, accepted_lengths=[90, 81, 729])  # per position 900, 810, 729
+    speculation = await eventually(lambda: _speculation(cluster, name).get("numSpeculativeTokens") == 5 and _speculation(cluster, name),
+                                   what="k 5 in force")
+    assert speculation["numSpeculativeTokensReason"].startswith("auto: k 3 -> 5: predicted speedup")
+    assert speculation["numSpeculativeTokensChangedAt"]
+    await eventually(lambda: k_rendered() == 5, what="the Deployment rendering k 5")
+    assert cluster.sd(name)["spec"] == spec_before  # GitOps stays clean
+    await eventually(lambda: cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 5, what="status.plan with k 5")
+    await eventually(lambda: any(e.get("reason") == "SpeculativeTokensChanged" for e in cluster.events()), what="a k-change Event")
+    # Within the hour k does not move again, whatever the counters say.
+    mark = metrics.requests
+    metrics.step(drafts=2000, accepted_lengths=[2000, 0, 0])
+    await eventually(lambda: metrics.requests >= mark + 4, what="more scrapes")
+    assert _speculation(cluster, name)["numSpeculativeTokens"] == 5 and k_rendered() == 5
