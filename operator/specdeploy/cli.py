@@ -15,21 +15,16 @@ from typing import Any
 
 import yaml
 
-from specdeploy.api.spec import METHODS, MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS
+from specdeploy.api.spec import METHODS, check_int_or_auto, draft_model_rule
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
 def _int_or_auto(value: str) -> int | str:
-    if value == "auto":
-        return value
     try:
-        number = int(value)
+        return check_int_or_auto(value if value == "auto" else int(value))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
-    return number
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {value!r}") from None
 
 
 def _non_negative(value: str) -> float:
@@ -102,9 +97,10 @@ def _print_text(evaluation: Any) -> None:
 
 def _check_draft_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--draft is required exactly when the method drafts with a checkpoint of its own."""
-    if args.method in MODEL_FREE_METHODS and args.draft:
+    rule = draft_model_rule(args.method)
+    if rule == "none" and args.draft:
         parser.error(f"--method {args.method} uses no draft model: drop --draft")
-    if args.method not in MODEL_FREE_METHODS | TARGET_AS_DRAFT_METHODS and not args.draft:
+    if rule == "required" and not args.draft:
         parser.error(f"--method {args.method} needs --draft (a config.json, a directory holding one, or a Hub repo id)")
 
 

@@ -11,7 +11,7 @@ from specdeploy.pipeline import ModelInputs, evaluate
 from specdeploy.render import render_manifests
 from specdeploy.telemetry import Counters, analyse
 from specdeploy.telemetry.auto_k import AUTO_MIN_DRAFTS, MIN_INTERVAL_S, decide_k
-from specdeploy.validation.rules import AUTO_START_K
+from specdeploy.validation.speculative_tokens import AUTO_START_K
 from tests.conftest import load_config
 
 LLAMA, EAGLE3 = "meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3"
@@ -64,11 +64,15 @@ def test_the_k_in_force_is_what_the_pod_gets() -> None:
 def test_a_k_in_force_vllm_would_refuse_is_not_used() -> None:
     """A draft with n_predict 4 (MLP speculator config): k 6 is above n_predict and not a
     multiple of it, which vLLM refuses; auto keeps its start k instead. 8 is a multiple."""
-    from specdeploy.geometry import read_geometry
-    from specdeploy.validation.rules import resolve_num_speculative_tokens
+    from specdeploy.geometry import Models, read_geometry
+    from specdeploy.validation.speculative_tokens import resolve_num_speculative_tokens
+    from specdeploy.vllm import DEFAULT_VERSION, rule_set
 
-    draft, _ = read_geometry(load_config("mlp-speculator-llama3-8b"), "spec.draft")
-    assert draft is not None and draft.n_predict == 4
+    facts = rule_set(DEFAULT_VERSION)
+    geometry, _ = read_geometry(load_config("mlp-speculator-llama3-8b"), "spec.draft", facts)
+    target, _ = read_geometry(load_config(LLAMA), "spec.target", facts)
+    assert geometry is not None and target is not None and geometry.n_predict == 4
+    draft = Models(target, geometry)
     spec = SpeculativeDeploymentSpec.model_validate({"target": {"model": "org/t"},
                                                       "draft": {"method": "mlp_speculator", "model": "org/d", "numSpeculativeTokens": "auto"}})
     assert resolve_num_speculative_tokens(spec, draft, 6)[0] == 4

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.validation.findings import Finding, error
+from specdeploy.findings import Finding, error
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:

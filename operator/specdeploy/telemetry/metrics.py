@@ -1,10 +1,8 @@
 """vLLM's speculative-decoding counters, read from a Prometheus /metrics text.
 
-The names are vLLM's (vllm/v1/spec_decode/metrics.py, SpecDecodingProm; the same in 0.32.0 and
-0.33.0): Counters `vllm:spec_decode_num_drafts`, `..._num_draft_tokens`,
-`..._num_accepted_tokens` and `..._num_accepted_tokens_per_pos` (label `position`, 0..k-1),
-each exposed with Prometheus' `_total` suffix and one series per engine (labels `model_name`,
-`engine`). A pod's value is the sum over its engines (data-parallel ranks).
+The names are vLLM's (`specdeploy.vllm.spec_decode_metrics`); each is exposed with Prometheus'
+`_total` suffix and one series per engine. A pod's value is the sum over its engines
+(data-parallel ranks).
 """
 
 from __future__ import annotations
@@ -14,10 +12,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-DRAFTS = "vllm:spec_decode_num_drafts"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
-ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+from specdeploy.vllm.spec_decode_metrics import ACCEPTED_PER_POSITION, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, POSITION_LABEL
 
 
 _TOTALS = frozenset(name + "_total" for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS))
@@ -80,7 +75,7 @@ def parse_counters(text: str) -> Counters:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:  # by sample name: a text without # TYPE lines has no families
                 if sample.name == ACCEPTED_PER_POSITION + "_total":
-                    per_position[int(sample.labels["position"])] += sample.value
+                    per_position[int(sample.labels[POSITION_LABEL])] += sample.value
                 elif sample.name in _TOTALS:
                     totals[sample.name.removesuffix("_total")] += sample.value
                 else:

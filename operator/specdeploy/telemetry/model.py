@@ -7,11 +7,9 @@ counted and the cost of a draft step. README "Goodput model" gives the formula a
   the accepted prefix). With one acceptance rate alpha, a_i = alpha^i and E(k) is
   (1 - alpha^(k+1)) / (1 - alpha), Leviathan et al. 2023 (arXiv:2211.17192), eq. 1.
 - Speedup over no speculation: E(k) / (1 + c k) for drafters that run one pass per proposed
-  token (Leviathan et al., Theorem 3.8), E(k) / (1 + c) for parallel drafters, which propose
-  every position in one pass (DFlash: vllm/v1/spec_decode/dflash.py "only one forward pass due
-  to parallel drafting"; DSpark: vllm/v1/worker/gpu/spec_decode/dspark/speculator.py "drafts a
-  block of num_speculative_tokens tokens in one parallel pass"). c is the cost of one draft
-  pass relative to one target step.
+  token (Leviathan et al., Theorem 3.8), E(k) / (1 + c) for parallel drafters (DFlash, DSpark:
+  `specdeploy.vllm.spec_decode_metrics.PARALLEL_DRAFTERS`), which propose every position in one
+  pass. c is the cost of one draft pass relative to one target step.
 - Ranking k by the acceptance *rate* misleads (it falls with k by construction; vLLM #9565):
   the recommendation maximises the speedup instead.
 """
@@ -21,18 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from specdeploy.api.spec import MAX_NUM_SPECULATIVE_TOKENS
 from specdeploy.telemetry.metrics import Counters
+from specdeploy.vllm.spec_decode_metrics import LOOKUP_DRAFTERS, PARALLEL_DRAFTERS
 
-PARALLEL_DRAFTERS = frozenset({"dflash", "dspark"})
-# Drafts from a lookup on the tokens already seen, no model pass (vllm/v1/spec_decode/
-# ngram_proposer.py, suffix_decoding.py): their cost is CPU time, taken as 0 here.
-LOOKUP_DRAFTERS = frozenset({"ngram", "suffix"})
 # Without a memory plan (no GPU in the spec) a small draft is assumed to cost a tenth of a
 # target step, the setting of Leviathan et al.'s worked example; the source is reported.
 DEFAULT_DRAFT_COST = 0.1
 # Positions beyond those vLLM counted are extrapolated, conservatively, at most this far.
 MAX_EXTRAPOLATED_POSITIONS = 2
-MAX_K = 64  # spec.draft.numSpeculativeTokens' bound
+MAX_K = MAX_NUM_SPECULATIVE_TOKENS
 # Evidence needed before a verdict: fewer drafts say too little about acceptance.
 MIN_DRAFTS = 100
 # Acceptance at or below this share of draft tokens is a collapse (vLLM PR #50170: an EAGLE3
