@@ -79,6 +79,8 @@ def test_collapse_and_no_speedup_verdicts() -> None:
     assert collapsed.acceptance_rate < COLLAPSE_ACCEPTANCE_RATE
     assert collapsed.verdict.status == "False" and collapsed.verdict.reason == "AcceptanceCollapsed"
     assert "eagle_aux_hidden_state_layer_ids" in collapsed.verdict.message and "revision" in collapsed.verdict.message
+    # k=1: 1.04 / 1.05 = 0.990: no k pays.
+    assert "no k is predicted to pay (best: k=1 at 0.99x)" in collapsed.verdict.message
     # 30 % acceptance at k = 4 with an expensive draft: E = 1 + .5 + .4 + .2 + .1 = 2.2, / (1 + .4*4) = 0.846.
     slow = analyse(Counters(1000, 4000, 1200, (500, 400, 200, 100)), method="draft_model", cost=0.4, k=4)
     assert slow.predicted_speedup == pytest.approx(2.2 / 2.6)

@@ -169,6 +169,8 @@ def _with_verdict(a: Analysis) -> Analysis:
             f"mean acceptance length {a.mean_acceptance_length:.2f} at k={a.k}")
     predicted = f"predicted speedup {gain:.2f}x (draft cost {a.cost:.3f} of a target step: {a.cost_source})" if gain is not None else "no speedup predicted"
     advice = f"; the model's best k is {best.k} ({best.speedup:.2f}x)" if best is not None and best.k != a.k else ""
+    if best is not None and best.speedup < 1.0:
+        advice = f"; no k is predicted to pay (best: k={best.k} at {best.speedup:.2f}x), so serving without speculation is faster"
     check = ("Check that the draft was trained for this target and revision (draft.revision, target.revision), "
              "that an EAGLE3 head reads the target's aux hidden-state layers (eagle_aux_hidden_state_layer_ids), and k")
     if a.acceptance_rate < COLLAPSE_ACCEPTANCE_RATE:
