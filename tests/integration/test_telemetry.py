@@ -242,3 +242,31 @@ async def test_auto_k_moves_to_the_recommendation_through_a_rollout_and_never_wr
     metrics.step(drafts=2000, accepted_lengths=[2000, 0, 0])
     await eventually(lambda: metrics.requests >= mark + 4, what="more scrapes")
     assert _speculation(cluster, name)["numSpeculativeTokens"] == 5 and k_rendered() == 5
+
+
+async def test_auto_k_that_does_not_plan_goes_back_and_the_workload_stays(
+    fast_telemetry: None, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    """vLLM 0.33's FLy sampler needs k >= 2 and fly_window_size < k: with a window of 2 only
+    k >= 3 is valid. Acceptance .3/.01/.001 makes k=1 the best (1.3/1.05 = 1.238 vs k=3
+    1.311/1.15 = 1.140, +8.6 %), which vLLM would refuse: k 3 stays, and so does the pod."""
+    import json
+
+    from .test_operator import LLAMA, args_of
+
+    metrics, port = vllm_metrics
+    doc = copy.deepcopy(LLAMA)
+    doc["spec"]["vllmVersion"] = "0.33.0"
+    doc["spec"]["draft"].update(numSpeculativeTokens="auto", speculativeConfig={"rejection_sample_method": "fly", "fly_window_size": 2})
+    name = await _serving(cluster, doc, "uid-auto-refused", port)
+    deployment = cluster.get(DEPLOYMENT, name)
+    args = args_of(deployment)
+    assert json.loads(args[args.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
+    await eventually(lambda: metrics.requests >= 1, what="a first scrape")
+    metrics.step(drafts=1000, accepted_lengths=[290, 9, 1])  # per position 300, 10, 1
+    speculation = await eventually(lambda: "did not plan" in (_speculation(cluster, name).get("numSpeculativeTokensReason") or "")
+                                   and _speculation(cluster, name), what="auto k going back")
+    assert speculation["numSpeculativeTokens"] == 3 and speculation["recommendedNumSpeculativeTokens"] == 1
+    assert speculation["numSpeculativeTokensReason"] == "auto: k 1 did not plan (see conditions and findings); k 3 stays"
+    await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", what="Planned=True again")
+    assert args_of(cluster.get(DEPLOYMENT, name)) == args  # the workload never changed

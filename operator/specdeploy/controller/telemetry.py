@@ -184,23 +184,41 @@ class Telemetry:
             change = decide_k(analysis, current_k=k, last_change_s=_seconds(previous.get("numSpeculativeTokensChangedAt")), now_s=now_s)
         patch = self._write(body, status, analysis, read, skipped, now_s, change)
         if change is not None:
-            self._roll_out(namespace, name, change)
+            self._roll_out(namespace, name, change, old_k=k)
         return patch
 
-    def _roll_out(self, namespace: str, name: str, change: KChange) -> None:
+    def _roll_out(self, namespace: str, name: str, change: KChange, old_k: int) -> None:
         """Re-run the reconcile with the new k in force: it renders it into --speculative-config
-        and the workload rolls out as for any spec change. The spec itself is never written."""
+        and the workload rolls out as for any spec change. The spec itself is never written.
+        If the new k does not plan (it changes the memory fit of some drafts), k goes back, and
+        the hourly limit keeps auto from trying again at once."""
+        planned = self._reconcile(namespace, name)
+        if planned is None or planned == change.k:
+            self.logger.info("%s/%s: %s", namespace, name, change.reason)
+            return
+        now = _utc(time.time())
+        why = f"auto: k {change.k} did not plan (see conditions and findings); k {old_k} stays"
+        self.kube.merge_patch(KIND, namespace, name, {"status": {"speculation": {
+            "numSpeculativeTokens": old_k, "numSpeculativeTokensReason": why, "numSpeculativeTokensChangedAt": now}}},
+            subresource="status")
+        self._reconcile(namespace, name)
+        self.logger.warning("%s/%s: %s", namespace, name, why)
+
+    def _reconcile(self, namespace: str, name: str) -> int | None:
+        """One reconcile of the live object, its status written; the k it planned, if any."""
         from specdeploy.controller.reconcile import Reconciler
 
         fresh = self.kube.get(KIND, namespace, name)
         if fresh is None:
-            return
+            return None
         result = Reconciler(self.kube, self.logger).reconcile(fresh, now=_utc(time.time()))
         if result.status_patch:
             self.kube.merge_patch(KIND, namespace, name, {"status": result.status_patch}, subresource="status")
         for type_, reason, message in result.events:
             self._event(fresh, type_, reason, message, _utc(time.time()))
-        self.logger.info("%s/%s: %s", namespace, name, change.reason)
+        status = {**(fresh.get("status") or {}), **result.status_patch}
+        planned = next((c for c in status.get("conditions") or [] if c.get("type") == "Planned"), {})
+        return (status.get("plan") or {}).get("numSpeculativeTokens") if planned.get("status") == "True" else -1
 
     def _scrape(self, tracked: _Tracked, namespace: str, name: str, now_s: float) -> tuple[bool, list[tuple[str, str]], int]:
         wanted_labels = selector_labels(name).items()  # also client-side: the selector is the contract
