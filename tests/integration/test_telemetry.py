@@ -27,6 +27,11 @@ class FakeVllmMetrics:
     """vLLM's SpecDecodingProm counters (vllm/v1/spec_decode/metrics.py) for one engine."""
 
     def __init__(self, k: int):
+        self.requests = 0
+        self.restart(k)
+
+    def restart(self, k: int) -> None:
+        """A new server process (a rollout): counters from zero, one series per position of k."""
         self.registry = CollectorRegistry()
         names = ["model_name", "engine"]
         self.drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", names, registry=self.registry)
@@ -35,7 +40,6 @@ class FakeVllmMetrics:
         per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", names + ["position"], registry=self.registry)
         self.per_pos = [per_pos.labels("m", "0", str(i)) for i in range(k)]
         self.k = k
-        self.requests = 0
         for c in (self.drafts, self.draft_tokens, self.accepted):
             c.labels("m", "0")
 
@@ -237,11 +241,20 @@ async def test_auto_k_moves_to_the_recommendation_through_a_rollout_and_never_wr
     assert cluster.sd(name)["spec"] == spec_before  # GitOps stays clean
     await eventually(lambda: cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 5, what="status.plan with k 5")
     await eventually(lambda: any(e.get("reason") == "SpeculativeTokensChanged" for e in cluster.events()), what="a k-change Event")
-    # Within the hour k does not move again, whatever the counters say.
+    # The old pod (k=3) still serves during the rollout: what it counts is not counted for k=5.
     mark = metrics.requests
-    metrics.step(drafts=2000, accepted_lengths=[2000, 0, 0])
-    await eventually(lambda: metrics.requests >= mark + 4, what="more scrapes")
-    assert _speculation(cluster, name)["numSpeculativeTokens"] == 5 and k_rendered() == 5
+    metrics.step(drafts=500, accepted_lengths=[0, 0, 500])
+    await eventually(lambda: metrics.requests >= mark + 2, what="scrapes of the old pod")
+    # The new pod runs k=5; within the hour k does not move again, whatever the counters say
+    # (here: every draft accepts exactly one token, so k=1 would be best).
+    metrics.restart(k=5)
+    mark = metrics.requests
+    await eventually(lambda: metrics.requests >= mark + 2, what="a baseline of the new pod")
+    metrics.step(drafts=2000, accepted_lengths=[2000, 0, 0, 0, 0])
+    speculation = await eventually(lambda: _speculation(cluster, name).get("drafts", 0) >= 2000 and _speculation(cluster, name), what="k=5 counted")
+    assert speculation["drafts"] == 2000  # the old pod's 500 are not in the window
+    assert speculation["recommendedNumSpeculativeTokens"] == 1
+    assert speculation["numSpeculativeTokens"] == 5 and k_rendered() == 5
 
 
 async def test_auto_k_that_does_not_plan_goes_back_and_the_workload_stays(

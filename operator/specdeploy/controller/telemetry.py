@@ -234,6 +234,9 @@ class Telemetry:
             if counters is None:
                 skipped.append((pod, why or "unreadable"))
                 continue
+            if tracked.k and counters.num_speculative_tokens != tracked.k:
+                skipped.append((pod, f"runs k={counters.num_speculative_tokens}, the plan k={tracked.k} (rolling out)"))
+                continue
             read += 1
             moved = tracked.window.observe(pod, now_s, counters) or moved
         for pod, why in skipped:
