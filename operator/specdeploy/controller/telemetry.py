@@ -161,6 +161,8 @@ class Telemetry:
                 self.observe(tracked, now_s)
             except (KubeTemporaryError, KubePermanentError) as exc:
                 self.logger.warning("telemetry for %s/%s: %s", *key, exc)
+            except Exception:  # one object's odd status must not stop the others' telemetry
+                self.logger.exception("telemetry for %s/%s failed", *key)
 
     def observe(self, tracked: _Tracked, now_s: float) -> dict[str, Any] | None:
         """Scrape one object's pods; returns the status patch it wrote, if any."""
@@ -352,7 +354,4 @@ def register(registry: kopf.OperatorRegistry) -> None:
 async def _loop(telemetry: Telemetry, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
-        try:
-            await asyncio.to_thread(telemetry.tick)
-        except Exception:  # one bad scrape must not end the loop for every object
-            telemetry.logger.exception("telemetry tick failed")
+        await asyncio.to_thread(telemetry.tick)
