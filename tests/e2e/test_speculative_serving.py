@@ -22,7 +22,6 @@ Adapted for the CPU test host, and nothing else:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -321,15 +320,14 @@ def test_rejected_pair_is_rejected_by_vllm_at_startup(tiny, tmp_path) -> None:
     result = _evaluate(spec)
     assert not result.ok
     assert any("vocab" in f.code for f in result.findings if f.severity == "error"), result.to_dict()
-    # The renderer only renders valid plans: render the valid pair, then point the one JSON
-    # speculative-config arg at the rejected draft, as the user's edit would.
+    # The rejected pair has no plan: render the valid pair's plan with the rejected spec, so the
+    # one JSON speculative-config arg names the rejected draft, as the user's edit would.
     good = _spec(tiny["target"], {
         "method": "draft_model", "model": str(tiny["draft"]), "config": _config(tiny["draft"]),
         "numSpeculativeTokens": 3, "tensorParallelSize": 1,
     })
-    good_result = _evaluate(good)
-    plan = dataclasses.replace(good_result.plan, speculative_config={**good_result.plan.speculative_config, "model": str(bad)})
-    container = _container(spec, plan)
+    container = _container(spec, _evaluate(good).plan)
+    assert json.loads(container["args"][container["args"].index("--speculative-config") + 1])["model"] == str(bad)
     started = time.monotonic()
     server = Server(container, tmp_path)
     try:
