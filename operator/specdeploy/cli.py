@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from specdeploy.api.spec import METHODS, check_int_or_auto, draft_model_rule
+from specdeploy.vllm import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -52,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--gpu", help="GPU product for the memory fit, e.g. H100-80GB")
     validate.add_argument("--max-model-len", type=int, help="context length the KV cache must hold")
     validate.add_argument("--revision", help="Hub revision of the target")
+    release = validate.add_mutually_exclusive_group()
+    release.add_argument("--vllm-version", help=f"the vLLM release whose rules judge (supported: {', '.join(SUPPORTED_VERSIONS)}; default {DEFAULT_VERSION})")
+    release.add_argument("--image", help="the vLLM image the pod will run; its release tag picks the rules (e.g. vllm/vllm-openai:v0.33.0)")
     validate.add_argument("-o", "--output", choices=("json", "text"), default="text")
 
     plan = sub.add_parser("plan", help="validate + plan a SpeculativeDeployment file and print the manifests")
@@ -84,6 +88,8 @@ def _print_text(evaluation: Any) -> None:
     for finding in evaluation.findings:
         print(f"  [{finding.severity.value}] {finding.code} {finding.field}: {finding.message}")
     plan = evaluation.plan
+    if evaluation.vllm_version:
+        print(f"judged by vLLM {evaluation.vllm_version}'s rules")
     if plan is not None:
         draft = f", draft TP {plan.draft_tensor_parallel_size}" if plan.draft_tensor_parallel_size else ""
         print(f"plan: {plan.method} k={plan.num_speculative_tokens}, TP {plan.tensor_parallel_size}{draft}, PP {plan.pipeline_parallel_size}, {plan.nodes_per_replica} node(s) x {plan.gpus_per_pod} GPU(s)")
@@ -123,6 +129,10 @@ def _validate(args: argparse.Namespace) -> int:
         document["resources"] = {"gpu": {"product": args.gpu}}
     if args.max_model_len:
         document["serving"] = {"maxModelLen": args.max_model_len}
+    if args.vllm_version:
+        document["vllmVersion"] = args.vllm_version
+    if args.image:
+        document["image"] = args.image
     spec, findings = parse_spec(document)
     if spec is None:
         evaluation = Evaluation(tuple(findings), None)
