@@ -28,6 +28,16 @@ def _int_or_auto(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {value!r}") from None
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}")
+    return number
+
+
 def _non_negative(value: str) -> float:
     try:
         number = float(value)
@@ -67,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     advise.add_argument("--metrics", required=True, help="a saved /metrics text ('-' for stdin) or the URL of a vLLM server's /metrics")
     advise.add_argument("--method", choices=METHODS, help="the server's speculative method (dflash/dspark draft all positions in one pass; ngram/suffix cost nothing)")
     advise.add_argument("--draft-cost", type=_non_negative, help="cost of one draft pass relative to one target step (default: 0 for ngram/suffix, else 0.1)")
-    advise.add_argument("--num-speculative-tokens", type=int, help="the k the server runs (default: the positions in the metrics)")
+    advise.add_argument("--num-speculative-tokens", type=_positive_int, help="the k the server runs (default: the positions in the metrics)")
     advise.add_argument("-o", "--output", choices=("json", "text"), default="text")
 
     sub.add_parser("crd", help="print the CustomResourceDefinition YAML")

@@ -94,6 +94,7 @@ def test_advise_usage_and_io_errors_exit_2(tmp_path: Path) -> None:
         (("--metrics", str(tmp_path / "missing.txt")), "No such file"),
         (("--metrics", "http://127.0.0.1:1/metrics"), "refused"),
         (("--metrics", str(NGRAM), "--draft-cost", "-1"), "must be >= 0"),
+        (("--metrics", str(NGRAM), "--num-speculative-tokens", "0"), "expected an integer >= 1"),
     ]:
         result = run(*args)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
