@@ -254,6 +254,7 @@ async def _serve_and_speculate(name: str, document: dict[str, Any], cluster: Clu
             return got if got.get("drafts") == expected["drafts"] else None
 
         speculation = await eventually(scraped, timeout=30, what=f"status.speculation with {expected['drafts']} drafts")
+        print(f"\n[e2e] {name}: status.speculation {json.dumps({k: speculation.get(k) for k in expected})}")
         assert {k: speculation.get(k) for k in expected} == expected
         assert speculation["pods"] == 1 and speculation["skippedPods"] == []
         return speculation
