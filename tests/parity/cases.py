@@ -27,7 +27,14 @@ def configs() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for path in sorted(REAL.glob("*.json")) + sorted(SYNTHETIC.glob("*.json")):
         out[path.stem] = json.loads(path.read_text())
+    # Real drafts saved without `architectures` (vLLM names them by model_type, then loads them
+    # through its Transformers backend, or refuses the EAGLE-renamed name).
+    for name in NO_ARCHITECTURES:
+        out[f"{name}-no-architectures"] = {k: v for k, v in out[name].items() if k != "architectures"}
     return out
+
+
+NO_ARCHITECTURES = ("Qwen__Qwen3-0.6B", "meta-llama__Llama-3.2-1B-Instruct", "specforge__llama3-8B-eagle3")
 
 
 TARGETS = (
@@ -57,6 +64,10 @@ DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
     ("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model"),
     ("meta-llama__Llama-3.1-8B-Instruct", "Qwen__Qwen3-0.6B", "draft_model"),
     ("deepseek-ai__DeepSeek-V3", "deepseek-ai__DeepSeek-V2-Lite", "draft_model"),
+    # drafts without an `architectures` key
+    ("Qwen__Qwen3-8B", "Qwen__Qwen3-0.6B-no-architectures", "draft_model"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct-no-architectures", "draft_model"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3-no-architectures", "eagle3"),
     # EAGLE / EAGLE3 heads
     ("meta-llama__Llama-3.1-8B-Instruct", "SafeAILab__EAGLE-LLaMA3-Instruct-8B", "eagle"),
     ("meta-llama__Llama-3.1-8B-Instruct", "eagle-format-llama3-8b", "eagle"),

@@ -1,5 +1,5 @@
 """Parity suite plumbing: vLLM's verdicts and ours are computed once per session (about a
-minute for the whole grid, in-process), then printed and written to docs/parity.md."""
+minute for the whole grid, in-process), then printed and written to docs/parity-<vLLM version>.md."""
 
 from __future__ import annotations
 

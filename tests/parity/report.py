@@ -1,5 +1,5 @@
 """Both verdicts for every grid case, and the agreement table printed by the parity suite and
-written to docs/parity.md."""
+written to docs/parity-<vLLM version>.md."""
 
 from __future__ import annotations
 
