@@ -5,7 +5,8 @@ Handlers are thin: they take the client from `memo`, call `Reconciler`, write th
 changes through kopf's `patch` (or the status subresource, for the mirror), post Events and
 turn a transient failure into `kopf.TemporaryError`. There is no timer, daemon or delete
 handler, so kopf adds no finalizer: deleting the resource never waits for the operator, and
-the children go with it through their ownerReferences.
+the children go with it through their ownerReferences. The telemetry (pods' /metrics ->
+status.speculation) is one operator-wide loop, registered by `telemetry.register`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
-from specdeploy.controller import leader
+from specdeploy.controller import leader, telemetry
 from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
 from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
@@ -229,12 +230,15 @@ class _QuietWatchHandlers(logging.Filter):
     """Drops kopf's "Handler 'heal-pdb' succeeded." line, logged for every child watch event
     (thousands an hour at scale, saying nothing); what a handler did is logged by the handler."""
 
-    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "forget")
+    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "forget", "telemetry-track")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.INFO or not isinstance(record.msg, str) or not record.msg.startswith("Handler '"):
             return True
         return not any(record.msg.startswith(f"Handler '{id_}' succeeded") for id_ in self._IDS)
+
+
+telemetry.register(registry)
 
 
 def run(

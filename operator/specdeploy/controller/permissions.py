@@ -39,6 +39,9 @@ PERMISSIONS: tuple[Permission, ...] = (
     # Leader election (two replicas, one active): the Lease in the operator's namespace.
     # The renewal is a merge patch carrying the resourceVersion it read (controller/leader.py).
     Permission("coordination.k8s.io", "leases", ("get", "create", "patch")),
+    # The serving pods: the telemetry lists them for each ready leader pod's IP and reads its
+    # /metrics there (list only: it never reads one pod by name).
+    Permission("", "pods", ("list",)),
     # Events for warnings and meaningful condition transitions (kopf posts them to core/v1 events).
     Permission("", "events", ("create",)),
 )

@@ -193,9 +193,10 @@ class Reconciler:
             return finish()
 
         # 3. evaluate (validation + plan)
+        k_in_force = _k_in_force(previous)
         key = EvaluationCache.key(body.get("spec"), target.config, target.weight_bytes,
-                                  draft.config if draft else None, draft.weight_bytes if draft else None)
-        evaluation = self.evaluations.get_or_compute(key, lambda: evaluate(spec, target, draft))
+                                  draft.config if draft else None, draft.weight_bytes if draft else None, k_in_force)
+        evaluation = self.evaluations.get_or_compute(key, lambda: evaluate(spec, target, draft, k_in_force=k_in_force))
         desired["findings"] = [f.to_dict() for f in evaluation.findings]
         def summary(errors: list) -> str:
             return f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
@@ -355,6 +356,14 @@ def owner_of(child: Mapping[str, Any]) -> tuple[str, str] | None:
         if isinstance(ref, dict) and ref.get("kind") == KIND and ref.get("controller") and ref.get("uid"):
             return str(ref.get("name")), str(ref["uid"])
     return None
+
+
+def _k_in_force(status: Mapping[str, Any]) -> int | None:
+    """With numSpeculativeTokens auto: the k the telemetry chose (it stamps when it did);
+    `evaluate` ignores it for a spec that sets k itself."""
+    speculation = status.get("speculation") or {}
+    k = speculation.get("numSpeculativeTokens")
+    return k if isinstance(k, int) and speculation.get("numSpeculativeTokensChangedAt") else None
 
 
 def _owner_reference(body: Mapping[str, Any]) -> dict[str, Any]:
