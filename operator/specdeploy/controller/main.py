@@ -27,7 +27,7 @@ from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
 from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
 from specdeploy.controller.reconcile import Reconciler, Result, owner_of
-from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache
+from specdeploy.controller import state
 from specdeploy.render.labels import MANAGED_BY
 
 registry = kopf.OperatorRegistry()
@@ -65,9 +65,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.execution.max_workers = 32
     memo.kube = Kube(_api_client(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true",
                      on_response=METRICS.on_response)
-    memo.desired = DesiredChildren()
-    memo.configs = ConfigCache()
-    memo.evaluations = EvaluationCache()
+    memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
+    memo.desired, memo.configs, memo.evaluations = memory.desired, memory.configs, memory.evaluations
     _warm_up()
 
 

@@ -25,6 +25,7 @@ from specdeploy.controller.conditions import (
     workload_verdicts,
 )
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller import state
 from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache
 from specdeploy.pipeline import ModelInputs, evaluate
 from specdeploy.render import child_names, endpoint, invalid_names, render_manifests, selector_string
@@ -118,9 +119,10 @@ class Reconciler:
                  configs: ConfigCache | None = None, evaluations: EvaluationCache | None = None):
         self.kube = kube
         self.logger = logger
-        self.desired = desired if desired is not None else DesiredChildren()
-        self.configs = configs if configs is not None else ConfigCache()
-        self.evaluations = evaluations if evaluations is not None else EvaluationCache()
+        memory = state.current()
+        self.desired = desired if desired is not None else memory.desired
+        self.configs = configs if configs is not None else memory.configs
+        self.evaluations = evaluations if evaluations is not None else memory.evaluations
 
     def reconcile(self, body: Mapping[str, Any], *, now: str, retry: int = 0) -> Result:
         meta = body.get("metadata") or {}

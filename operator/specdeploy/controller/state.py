@@ -110,3 +110,27 @@ class EvaluationCache:
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
         return value
+
+
+@dataclass
+class Memory:
+    """All of the above for one operator run. Every Reconciler of the process shares the
+    current one (the telemetry's too: a second set of desired children would fight the first
+    over each child); `fresh()` at start-up begins a new run with nothing remembered."""
+
+    desired: DesiredChildren = field(default_factory=DesiredChildren)
+    configs: ConfigCache = field(default_factory=ConfigCache)
+    evaluations: EvaluationCache = field(default_factory=EvaluationCache)
+
+
+_current = Memory()
+
+
+def current() -> Memory:
+    return _current
+
+
+def fresh() -> Memory:
+    global _current
+    _current = Memory()
+    return _current
