@@ -88,6 +88,8 @@ class Geometry:
     linear_attn_head_dim: int = 0
     tie_word_embeddings: bool = False
     quantization: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The LLM config as vLLM reads it, for the per-layer cache rules (planning/kv_cache.py).
+    text_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_moe(self) -> bool:
@@ -273,5 +275,6 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
         linear_attn_head_dim=int(linear.get("head_dim", 0)) if isinstance(linear, dict) else 0,
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
         quantization=quant,
+        text_config=text.to_dict() if isinstance(text, PretrainedConfig) else dict(text),
     )
     return geometry, []
