@@ -56,6 +56,7 @@ class LayerCache:
     window: int = 0
     state_bytes: int = 0
     model: str = "target"
+    checkpoint_blocks: int = 0  # extra state pages in align mode (KDA prefill checkpoints)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"model": self.model, "kind": self.kind, "layers": self.layers}
@@ -165,7 +166,10 @@ def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int
     for kind, n in per_kind.items():
         n = _per_stage(n, pp)
         if kind == STATE:
-            out.append(LayerCache(STATE, n, state_bytes=_state_bytes(text, tp, k, model.dtype), model=role))
+            # models/kimi_k3/nvidia/kda.py: one prefill checkpoint page where the KDA backend aligns.
+            kda = isinstance(_get(text, "linear_attn_config"), dict)
+            out.append(LayerCache(STATE, n, state_bytes=_state_bytes(text, tp, k, model.dtype), model=role,
+                                  checkpoint_blocks=1 if kda else 0))
             continue
         if model.uses_mla:
             # Sparse MLA backends (FLASHMLA_SPARSE) canonicalize a quantized KV dtype to fp8_ds_mla.
@@ -226,12 +230,12 @@ def cache_need(caches: list[LayerCache], *, max_model_len: int, sequences: int =
         return CacheNeed(0, block_size or GPU_BLOCK_SIZE, 0, 0, 0)
     base = block_size or default_block_size(caches)
     block, state_page = _hybrid_block_size(caches, base)
-    state_blocks = (2 if mamba_align_mode else 1) + num_speculative_tokens
 
     specs: list[tuple[LayerCache, int, int]] = []  # (cache, page bytes, blocks per request)
     for c in caches:
-        if c.kind == STATE:
-            specs.append((c, state_page or c.state_bytes, state_blocks))
+        if c.kind == STATE:  # MambaSpec.max_memory_usage_bytes
+            pages = (2 + c.checkpoint_blocks if mamba_align_mode else 1) + num_speculative_tokens
+            specs.append((c, state_page or c.state_bytes, pages))
         else:
             specs.append((c, block * c.bytes_per_token, _attention_blocks(c, block, max_model_len, in_flight_tokens, extra_retained_tokens)))
 

@@ -13,10 +13,13 @@ from specdeploy.geometry.drafts import vllm_draft_config
 from specdeploy.pipeline import Evaluation, ModelInputs
 from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
 from specdeploy.planning.memory import (
+    DRAFT_KV_FREE_METHODS,
     GIB,
     activation_reserve_gib,
+    attention_bytes_per_token,
     estimate_weight_bytes,
-    kv_bytes_per_token,
+    kv_cache_need,
+    layer_caches,
     state_bytes_per_sequence,
 )
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
@@ -32,7 +35,6 @@ from specdeploy.validation.methods import NO_PIPELINE_PARALLEL
 
 MAX_NODES_PER_REPLICA = 16
 MAX_PIPELINE_PARALLEL = 16
-DRAFT_KV_FREE_METHODS = frozenset({"medusa", "mlp_speculator", "ngram", "suffix"})
 
 
 @dataclass(frozen=True)
@@ -87,28 +89,22 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
     )
 
 
-def _draft_kv_layers(method: str, draft: Geometry) -> int:
-    if method == "mtp":
-        return (draft.mtp.n_predict if draft.mtp else None) or 1
-    return draft.num_kv_cache_layers
-
-
 def _memory(spec: SpeculativeDeploymentSpec, models: _Models, gpu_gib: float,
-            tp: int, draft_tp: int | None, pp: int, max_model_len: int) -> MemoryEstimate:
-    method, kv_dtype = spec.draft.method, spec.serving.kv_cache_dtype
-    per_token = kv_bytes_per_token(models.target, tp, pp, kv_dtype)
-    if models.draft is not None and method not in DRAFT_KV_FREE_METHODS:
-        per_token += kv_bytes_per_token(models.draft, draft_tp or tp, 1, kv_dtype, _draft_kv_layers(method, models.draft))
-    sequences = spec.serving.min_concurrent_sequences
-    kv_bytes = per_token * max_model_len * sequences + state_bytes_per_sequence(models.target, tp, pp) * sequences
+            tp: int, draft_tp: int | None, pp: int, max_model_len: int, k: int) -> MemoryEstimate:
+    caches = layer_caches(spec.draft.method, models.target, models.draft, tp, draft_tp, pp,
+                          spec.serving.kv_cache_dtype, k)
+    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k)
     return MemoryEstimate(
         gpu_memory_gib=gpu_gib,
         budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
         target_weights_gib=models.target_weight_bytes / (tp * pp) / GIB,
         draft_weights_gib=models.draft_weight_bytes / (draft_tp or 1) / GIB,
-        kv_cache_gib=kv_bytes / GIB,
+        kv_cache_bytes=need.bytes,
         activation_reserve_gib=activation_reserve_gib(gpu_gib),
-        kv_bytes_per_token=per_token,
+        kv_bytes_per_token=attention_bytes_per_token(caches),
+        state_bytes_per_sequence=state_bytes_per_sequence(caches),
+        block_size=need.block_size,
+        layers=tuple(caches),
         weights_source=models.weights_source,
     )
 
@@ -209,7 +205,7 @@ class _Layout:
 
 
 def _try_layout(spec: SpeculativeDeploymentSpec, models: _Models, tp: int, pp: int, gpu_gib: float | None,
-                max_model_len: int) -> tuple[Candidate, _Layout | None, list[Finding]]:
+                max_model_len: int, k: int = 0) -> tuple[Candidate, _Layout | None, list[Finding]]:
     """Judge one (tp, pp): the candidate record, the layout if it is usable, and the
     findings that rule it out (reported when no candidate is left)."""
     per_node = spec.resources.gpu.per_node
@@ -222,7 +218,7 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Models, tp: int, pp: i
     if has_errors(findings):
         reason = "; ".join(f.message for f in findings if f.severity is Severity.ERROR)
         return Candidate(tp, pp, False, reason), None, findings
-    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len) if gpu_gib else None
+    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len, k) if gpu_gib else None
     if memory is not None and not memory.fits:
         blocking = error("memory-does-not-fit", "spec.resources.gpu",
                          f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences")
@@ -262,7 +258,7 @@ def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, dra
     blocking: list[Finding] = []
     for tp, pp in _candidate_layouts(spec, target):
         # An invalid pair still gets its layout findings (all reasons at once), never a plan.
-        candidate, layout, blocking = _try_layout(spec, models, tp, pp, None if pair_failed else gpu_gib, max_model_len)
+        candidate, layout, blocking = _try_layout(spec, models, tp, pp, None if pair_failed else gpu_gib, max_model_len, k or 0)
         if layout is not None and pair_failed:
             blocking = list(layout.findings)
             break
