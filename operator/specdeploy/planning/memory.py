@@ -6,6 +6,7 @@ them, are in planning/kv_cache.py; this module says which layers each method bui
 from __future__ import annotations
 
 from specdeploy.geometry import Geometry
+from specdeploy.validation.load import built_draft_tp
 from specdeploy.planning.kv_cache import STATE, CacheNeed, LayerCache, cache_need, model_layer_caches
 
 GIB = 1024**3
@@ -59,12 +60,6 @@ def estimate_weight_bytes(m: Geometry) -> int:
     return (plain + routed) * model_dtype_bytes(m)
 
 
-# How each method's draft layers are built (vLLM 0.32.0, v1/worker/gpu/spec_decode/):
-# eagle/eagle3/mtp through eagle/utils.py `load_eagle_model` and dflash through
-# dflash/utils.py `load_dflash_model` with the target's VllmConfig, so at the target's TP
-# group whatever draft_tensor_parallel_size says; dspark through dspark/utils.py with
-# the draft's parallel config; draft_model through standalone_ar with the draft's.
-DRAFT_AT_TARGET_TP_METHODS = frozenset({"eagle", "eagle3", "mtp", "dflash"})
 DRAFT_KV_FREE_METHODS = frozenset({"medusa", "mlp_speculator", "ngram", "suffix"})
 
 
@@ -74,7 +69,7 @@ def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int,
     caches = model_layer_caches(target, tp, pp, kv_cache_dtype, k)
     if draft is None or method in DRAFT_KV_FREE_METHODS:
         return caches
-    built_tp = tp if method in DRAFT_AT_TARGET_TP_METHODS else (draft_tp or tp)
+    built_tp = built_draft_tp(method, tp, draft_tp) or tp
     if method == "mtp":  # the target's own MTP layers, of the target's attention kind
         layers = (draft.mtp.n_predict if draft.mtp else None) or 1
         return caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=layers, role="draft")

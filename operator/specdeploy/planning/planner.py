@@ -31,6 +31,7 @@ from specdeploy.validation.rules import (
     check_pair,
     resolve_num_speculative_tokens,
 )
+from specdeploy.validation.load import DRAFT_AT_TARGET_TP_METHODS, built_draft_tp, check_load_layout, check_load_pair
 from specdeploy.validation.methods import NO_PIPELINE_PARALLEL
 
 MAX_NODES_PER_REPLICA = 16
@@ -98,7 +99,7 @@ def _memory(spec: SpeculativeDeploymentSpec, models: _Models, gpu_gib: float,
         gpu_memory_gib=gpu_gib,
         budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
         target_weights_gib=models.target_weight_bytes / (tp * pp) / GIB,
-        draft_weights_gib=models.draft_weight_bytes / (draft_tp or 1) / GIB,
+        draft_weights_gib=models.draft_weight_bytes / (built_draft_tp(spec.draft.method, tp, draft_tp) or 1) / GIB,
         kv_cache_bytes=need.bytes,
         activation_reserve_gib=activation_reserve_gib(gpu_gib),
         kv_bytes_per_token=attention_bytes_per_token(caches),
@@ -153,8 +154,8 @@ def _draft_tp(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int) 
         return wanted, []
     if spec.draft.method == "mlp_speculator":
         return 1, []  # vLLM runs MLPSpeculator only at TP 1
-    if tp == 1 or not check_model_tp(draft, tp, "draft", DRAFT_TP_FIELD):
-        return tp, []
+    if tp == 1 or spec.draft.method in DRAFT_AT_TARGET_TP_METHODS or not check_model_tp(draft, tp, "draft", DRAFT_TP_FIELD):
+        return tp, []  # eagle/eagle3/mtp/dflash drafts run at the target's TP in any case (validation/load.py)
     return 1, [info("draft-tp-fallback", DRAFT_TP_FIELD,
                     f"draft has {draft.num_attention_heads} attention heads ({draft.num_kv_heads} KV), which tensor parallel size {tp} does not divide: the draft runs at TP 1")]
 
@@ -210,7 +211,7 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Models, tp: int, pp: i
     findings that rule it out (reported when no candidate is left)."""
     per_node = spec.resources.gpu.per_node
     draft_tp, draft_tp_findings = _draft_tp(spec, models.draft, tp)
-    findings = check_layout(spec, models.target, models.draft, tp, draft_tp, pp)
+    findings = check_layout(spec, models.target, models.draft, tp, draft_tp, pp) + check_load_layout(spec, models.draft, tp, draft_tp)
     split = _nodes(tp, pp, per_node)
     if split is None:
         findings.append(error("layout-node-split", "spec.resources.gpu.perNode",
@@ -246,6 +247,7 @@ def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, dra
         return Evaluation(tuple(findings), None)
     target = models.target
     findings += check_pair(spec, target, models.draft)
+    findings += check_load_pair(spec, target, models.draft, draft_in.config if draft_in else None)
     k, k_findings = resolve_num_speculative_tokens(spec, models.draft)
     findings += k_findings
     gpu_gib, gpu_findings = _gpu_memory_gib(spec)
@@ -284,7 +286,7 @@ def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, dra
         gpus_per_pod=chosen.gpus_per_pod,
         max_model_len=max_model_len or None,
         target=_layout(target, chosen.tp),
-        draft=_layout(models.draft, chosen.draft_tp or chosen.tp) if models.draft is not None else None,
+        draft=_layout(models.draft, built_draft_tp(spec.draft.method, chosen.tp, chosen.draft_tp) or chosen.tp) if models.draft is not None else None,
         memory=chosen.memory,
         speculative_config=_speculative_config(spec, k, chosen.draft_tp),
         candidates=tuple(candidates),

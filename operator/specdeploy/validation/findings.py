@@ -20,6 +20,7 @@ class Finding:
     severity: Severity
     field: str
     message: str
+    stage: str = ""  # spec | config | pair | load | plan; "" where not yet assigned
 
     def to_dict(self) -> dict[str, str]:
         data = asdict(self)
@@ -27,16 +28,16 @@ class Finding:
         return data
 
 
-def error(code: str, field: str, message: str) -> Finding:
-    return Finding(code, Severity.ERROR, field, message)
+def error(code: str, field: str, message: str, stage: str = "") -> Finding:
+    return Finding(code, Severity.ERROR, field, message, stage)
 
 
-def warning(code: str, field: str, message: str) -> Finding:
-    return Finding(code, Severity.WARNING, field, message)
+def warning(code: str, field: str, message: str, stage: str = "") -> Finding:
+    return Finding(code, Severity.WARNING, field, message, stage)
 
 
-def info(code: str, field: str, message: str) -> Finding:
-    return Finding(code, Severity.INFO, field, message)
+def info(code: str, field: str, message: str, stage: str = "") -> Finding:
+    return Finding(code, Severity.INFO, field, message, stage)
 
 
 def has_errors(findings: list[Finding]) -> bool:
