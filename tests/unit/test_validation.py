@@ -12,6 +12,7 @@ import pytest
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
+from specdeploy.validation.load import built_draft_tp
 from tests.conftest import load_config
 
 TPS = (1, 2, 3, 4, 6, 8, 16)
@@ -66,7 +67,9 @@ def test_grid_verdicts_obey_the_head_rules_and_explain_every_rejection(target, d
         assert t_heads % tp == 0 and plan.tensor_parallel_size == tp
         assert plan.target.attention_heads_per_gpu * tp == t_heads
         if plan.draft is not None and draft is not None:
-            assert plan.draft.attention_heads_per_gpu * plan.draft_tensor_parallel_size == load_config(draft)["num_attention_heads"]
+            # eagle/eagle3/mtp/dflash drafts run at the target's TP whatever draft TP says (validation/load.py)
+            built = built_draft_tp(method, plan.tensor_parallel_size, plan.draft_tensor_parallel_size)
+            assert plan.draft.attention_heads_per_gpu * built == load_config(draft)["num_attention_heads"]
     else:
         errors = [f for f in evaluation.findings if f.severity.value == "error"]
         assert errors and all(f.field.startswith("spec.") and f.message for f in errors)
@@ -89,10 +92,10 @@ def test_seed_tp_that_does_not_divide_96_heads_is_invalid(tp: int) -> None:
 
 
 def test_64_head_draft_under_96_head_target_at_tp12_falls_back_to_draft_tp1_with_a_reason() -> None:
-    auto = judge("moonshotai__Kimi-K3", "specforge__kimi-k3-dspark", "dspark", tp=12, k=7)
+    auto = judge("moonshotai__Kimi-K3", "k3-dspark-released", "dspark", tp=12, k=7)
     assert auto.ok and auto.plan.draft_tensor_parallel_size == 1
     assert any(f.code == "draft-tp-fallback" for f in auto.findings)
-    forced = judge("moonshotai__Kimi-K3", "specforge__kimi-k3-dspark", "dspark", tp=12, draft_tp=12, k=7)
+    forced = judge("moonshotai__Kimi-K3", "k3-dspark-released", "dspark", tp=12, draft_tp=12, k=7)
     assert "draft-heads-tp" in codes(forced)
 
 

@@ -63,6 +63,23 @@ def estimate_weight_bytes(m: Geometry) -> int:
 DRAFT_KV_FREE_METHODS = frozenset({"medusa", "mlp_speculator", "ngram", "suffix"})
 
 
+# Drafts that borrow the target's embedding and lm_head: v1/worker/gpu/spec_decode/eagle/
+# utils.py `maybe_share_target_embed` and the lm_head share in `load_eagle_model` (also used
+# by dflash/ and dspark/ utils.py) replace the draft's copies with the target's unless the
+# draft ships its own, different ones (EAGLE3 heads with a reduced draft vocabulary).
+SHARES_TARGET_EMBEDDINGS = frozenset({"eagle", "eagle3", "dflash", "dspark"})
+
+
+def estimate_draft_weight_bytes(method: str, draft: Geometry, target_vocab_size: int) -> int:
+    """The draft's checkpoint size from its config, without what it shares with the target."""
+    total = estimate_weight_bytes(draft)
+    if method not in SHARES_TARGET_EMBEDDINGS:
+        return total
+    embed = draft.vocab_size * draft.hidden_size * (1 if draft.tie_word_embeddings else 2)
+    own_head = draft.draft_vocab_size * draft.hidden_size if draft.draft_vocab_size and draft.draft_vocab_size != target_vocab_size else 0
+    return max(0, total - embed * model_dtype_bytes(draft)) + own_head * model_dtype_bytes(draft)
+
+
 def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int, draft_tp: int | None,
                  pp: int, kv_cache_dtype: str, k: int) -> list[LayerCache]:
     """Every layer cache vLLM allocates on one GPU: the target's, then the draft's."""

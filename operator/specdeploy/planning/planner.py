@@ -11,12 +11,14 @@ from specdeploy.api.spec import TARGET_AS_DRAFT_METHODS, SpeculativeDeploymentSp
 from specdeploy.geometry import Geometry, read_geometry
 from specdeploy.geometry.drafts import vllm_draft_config
 from specdeploy.pipeline import Evaluation, ModelInputs
+from specdeploy.planning.cache_volume import check_model_cache
 from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
 from specdeploy.planning.memory import (
     DRAFT_KV_FREE_METHODS,
     GIB,
     activation_reserve_gib,
     attention_bytes_per_token,
+    estimate_draft_weight_bytes,
     estimate_weight_bytes,
     kv_cache_need,
     layer_caches,
@@ -76,7 +78,7 @@ def _weights(spec: SpeculativeDeploymentSpec, target: Geometry, target_in: Model
     elif draft_in is not None and draft_in.weight_bytes:
         draft_bytes = draft_in.weight_bytes
     else:
-        draft_bytes = estimate_weight_bytes(draft)
+        draft_bytes = estimate_draft_weight_bytes(method, draft, target.vocab_size)
     return target_bytes, draft_bytes, source
 
 
@@ -292,4 +294,6 @@ def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, dra
         candidates=tuple(candidates),
         decisions=_decisions(models, chosen, spec.resources.gpu.per_node),
     )
+    findings += check_model_cache(spec, models.target_weight_bytes + models.draft_weight_bytes,
+                                  "estimated" in models.weights_source)
     return Evaluation(tuple(findings), plan)
