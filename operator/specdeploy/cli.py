@@ -13,21 +13,17 @@ from typing import Any
 
 import yaml
 
-from specdeploy.api.spec import METHODS, MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS
+from specdeploy.api.spec import METHODS, check_int_or_auto, draft_model_rule
+from specdeploy.vllm import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
 def _int_or_auto(value: str) -> int | str:
-    if value == "auto":
-        return value
     try:
-        number = int(value)
+        return check_int_or_auto(value if value == "auto" else int(value))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
-    return number
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {value!r}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--gpu", help="GPU product for the memory fit, e.g. H100-80GB")
     validate.add_argument("--max-model-len", type=int, help="context length the KV cache must hold")
     validate.add_argument("--revision", help="Hub revision of the target")
+    release = validate.add_mutually_exclusive_group()
+    release.add_argument("--vllm-version", help=f"the vLLM release whose rules judge (supported: {', '.join(SUPPORTED_VERSIONS)}; default {DEFAULT_VERSION})")
+    release.add_argument("--image", help="the vLLM image the pod will run; its release tag picks the rules (e.g. vllm/vllm-openai:v0.33.0)")
     validate.add_argument("-o", "--output", choices=("json", "text"), default="text")
 
     plan = sub.add_parser("plan", help="validate + plan a SpeculativeDeployment file and print the manifests")
@@ -70,6 +69,8 @@ def _print_text(evaluation: Any) -> None:
     for finding in evaluation.findings:
         print(f"  [{finding.severity.value}] {finding.code} {finding.field}: {finding.message}")
     plan = evaluation.plan
+    if evaluation.vllm_version:
+        print(f"judged by vLLM {evaluation.vllm_version}'s rules")
     if plan is not None:
         draft = f", draft TP {plan.draft_tensor_parallel_size}" if plan.draft_tensor_parallel_size else ""
         print(f"plan: {plan.method} k={plan.num_speculative_tokens}, TP {plan.tensor_parallel_size}{draft}, PP {plan.pipeline_parallel_size}, {plan.nodes_per_replica} node(s) x {plan.gpus_per_pod} GPU(s)")
@@ -83,9 +84,10 @@ def _print_text(evaluation: Any) -> None:
 
 def _check_draft_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--draft is required exactly when the method drafts with a checkpoint of its own."""
-    if args.method in MODEL_FREE_METHODS and args.draft:
+    rule = draft_model_rule(args.method)
+    if rule == "none" and args.draft:
         parser.error(f"--method {args.method} uses no draft model: drop --draft")
-    if args.method not in MODEL_FREE_METHODS | TARGET_AS_DRAFT_METHODS and not args.draft:
+    if rule == "required" and not args.draft:
         parser.error(f"--method {args.method} needs --draft (a config.json, a directory holding one, or a Hub repo id)")
 
 
@@ -108,6 +110,10 @@ def _validate(args: argparse.Namespace) -> int:
         document["resources"] = {"gpu": {"product": args.gpu}}
     if args.max_model_len:
         document["serving"] = {"maxModelLen": args.max_model_len}
+    if args.vllm_version:
+        document["vllmVersion"] = args.vllm_version
+    if args.image:
+        document["image"] = args.image
     spec, findings = parse_spec(document)
     if spec is None:
         evaluation = Evaluation(tuple(findings), None)

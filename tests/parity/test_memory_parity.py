@@ -25,6 +25,9 @@ from specdeploy.geometry import read_geometry  # noqa: E402
 from specdeploy.geometry.drafts import vllm_draft_config  # noqa: E402
 from specdeploy.planning.kv_cache import cache_need  # noqa: E402
 from specdeploy.planning.memory import layer_caches  # noqa: E402
+from specdeploy.vllm import DEFAULT_VERSION, rule_set  # noqa: E402
+
+FACTS = rule_set(DEFAULT_VERSION)
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "fixtures" / "model-configs"
@@ -89,12 +92,12 @@ def _max_len(target) -> int:
 
 
 def our_need(case: Case, verdict: MemoryVerdict) -> int:
-    target = read_geometry(_load(case.target), "t")[0]
+    target = read_geometry(_load(case.target), "t", FACTS)[0]
     draft = None
     if case.method == "mtp":
         draft = target
     elif case.draft:
-        draft = read_geometry(vllm_draft_config(case.method, _load(case.draft), target.vocab_size), "d")[0]
+        draft = read_geometry(vllm_draft_config(case.method, _load(case.draft), target.vocab_size), "d", FACTS)[0]
     k = K if case.method else 0
     caches = layer_caches(case.method or "ngram", target, draft, case.tp, case.tp, 1, "auto", k)
     return cache_need(caches, max_model_len=_max_len(target), block_size=verdict.block_size,
@@ -111,7 +114,7 @@ def rows() -> list[Row]:
         judge = MemoryJudge()
         try:
             for case in cases():
-                target = read_geometry(_load(case.target), "t")[0]
+                target = read_geometry(_load(case.target), "t", FACTS)[0]
                 verdict = judge.judge(case.id, _load(case.target), _load(case.draft) if case.draft else None,
                                       case.method, K, case.tp, _max_len(target))
                 _ROWS.append(Row(case, verdict, our_need(case, verdict) if verdict.ok else None))
@@ -184,5 +187,5 @@ def test_cases_vllm_cannot_build_are_refused_at_the_load_stage(rows) -> None:
                                                          "numSpeculativeTokens": K},
             "parallelism": {"tensorParallelSize": case.tp}})
         evaluation = evaluate(spec, ModelInputs(_load(case.target)), ModelInputs(_load(case.draft)) if case.draft else None)
-        load = [f for f in evaluation.findings if getattr(f, "stage", None) == "load"]
+        load = [f for f in evaluation.findings if f.stage.value == "load"]
         assert not evaluation.ok and load, f"{case.id}: vLLM fails at load ({row.vllm.error}); we accept"

@@ -6,13 +6,15 @@ from __future__ import annotations
 from specdeploy.geometry import read_geometry
 from specdeploy.planning.kv_cache import cache_need, model_layer_caches
 from specdeploy.planning.memory import layer_caches
+from specdeploy.vllm import DEFAULT_VERSION, rule_set
 from tests.conftest import load_config
 
+DEFAULT_FACTS = rule_set(DEFAULT_VERSION)
 L = 32768
 
 
 def geometry(name: str):
-    return read_geometry(load_config(name), "t")[0]
+    return read_geometry(load_config(name), "t", DEFAULT_FACTS)[0]
 
 
 def kinds(caches) -> dict[str, tuple[int, int]]:

@@ -13,10 +13,12 @@ from specdeploy.geometry import read_geometry
 from specdeploy.pipeline import ModelInputs, evaluate
 from specdeploy.planning.cache_volume import quantity_bytes
 from specdeploy.planning.memory import estimate_draft_weight_bytes, estimate_weight_bytes
+from specdeploy.vllm import DEFAULT_VERSION, rule_set
 from tests.conftest import MODEL_CONFIGS, load_config
 from tests.unit.test_cli import K3, run
 from tests.unit.test_validation import judge
 
+DEFAULT_FACTS = rule_set(DEFAULT_VERSION)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -37,16 +39,16 @@ def test_the_same_draft_with_markov_rank_at_the_top_level_builds() -> None:
     config["markov_rank"] = config["dflash_config"]["markov_rank"]
     spec = SpeculativeDeploymentSpec.model_validate({
         "target": {"model": "moonshotai/Kimi-K3"}, "draft": {"model": "org/d", "method": "dspark", "numSpeculativeTokens": 7},
-        "parallelism": {"tensorParallelSize": 8}, "modelCache": {"persistentVolumeClaim": "hf-cache"}})
+        "parallelism": {"tensorParallelSize": 8}})
     evaluation = evaluate(spec, ModelInputs(load_config("moonshotai__Kimi-K3")), ModelInputs(config))
-    assert evaluation.ok and not [f for f in evaluation.findings if f.stage == "load"]
+    assert evaluation.ok and not [f for f in evaluation.findings if f.stage.value == "load"]
 
 
 def test_eagle3_draft_tp_1_is_accepted_but_runs_at_the_targets_tp() -> None:
     evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", tp=8, draft_tp=1, k=3)
     assert evaluation.ok
     note = next(f for f in evaluation.findings if f.code == "draft-tp-not-honoured")
-    assert note.severity.value == "warning" and note.stage == "load" and "runs at TP 8" in note.message
+    assert note.severity.value == "warning" and note.stage.value == "load" and "runs at TP 8" in note.message
     assert evaluation.plan.draft.attention_heads_per_gpu == 32 // 8  # built at TP 8, not 1
 
 
@@ -58,7 +60,7 @@ def test_eagle_draft_whose_heads_do_not_split_at_the_targets_tp_fails_at_load() 
         "parallelism": {"tensorParallelSize": 8}})
     evaluation = evaluate(spec, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), ModelInputs(head))
     failure = next(f for f in evaluation.findings if f.code == "draft-load-fails")
-    assert not evaluation.ok and failure.stage == "load" and "4 attention heads" in failure.message
+    assert not evaluation.ok and failure.stage.value == "load" and "4 attention heads" in failure.message
     # In auto mode the planner no longer falls back to draft TP 1 for eagle3: vLLM never builds that.
     auto = evaluate(spec.model_copy(update={"draft": spec.draft.model_copy(update={"tensor_parallel_size": "auto"})}),
                     ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), ModelInputs(head))
@@ -66,7 +68,7 @@ def test_eagle_draft_whose_heads_do_not_split_at_the_targets_tp_fails_at_load() 
 
 
 def test_eagle3_head_shares_the_targets_embedding_and_keeps_its_own_small_lm_head() -> None:
-    head = read_geometry(load_config("specforge__llama3-8B-eagle3"), "d")[0]
+    head = read_geometry(load_config("specforge__llama3-8B-eagle3"), "d", DEFAULT_FACTS)[0]
     alone, shared = estimate_weight_bytes(head), estimate_draft_weight_bytes("eagle3", head, 128256)
     assert alone - shared == (2 * 128256 - 32000) * 4096 * 2  # embed + lm_head borrowed, 32k-row head kept
     assert estimate_draft_weight_bytes("draft_model", head, 128256) == alone
@@ -84,7 +86,12 @@ def test_a_200gi_emptydir_cannot_hold_kimi_k3_and_the_b300_example_now_can() -> 
     spec = SpeculativeDeploymentSpec.model_validate(doc["spec"])
     inputs = (ModelInputs(spec.target.config), ModelInputs(spec.draft.config))
     assert evaluate(spec, *inputs).ok
-    small = spec.model_copy(update={"model_cache": spec.model_cache.model_copy(update={"size_limit": "200Gi"})})
-    evaluation = evaluate(small, *inputs)
+    explicit = SpeculativeDeploymentSpec.model_validate({**doc["spec"], "modelCache": {"sizeLimit": "200Gi"}})
+    evaluation = evaluate(explicit, *inputs)
     finding = next(f for f in evaluation.findings if f.code == "model-cache-too-small")
     assert not evaluation.ok and finding.field == "spec.modelCache.sizeLimit" and "200Gi" in finding.message
+    assert finding.stage.value == "plan"
+    # The default 200Gi, which nobody chose for these weights, is a warning.
+    default = SpeculativeDeploymentSpec.model_validate({k: v for k, v in doc["spec"].items() if k != "modelCache"})
+    evaluation = evaluate(default, *inputs)
+    assert evaluation.ok and any(f.code == "model-cache-too-small" and f.severity.value == "warning" for f in evaluation.findings)

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.validation.findings import Finding, error
+from specdeploy.findings import Finding, Stage, error
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -27,7 +27,7 @@ def findings_from_validation_error(exc: ValidationError) -> list[Finding]:
             message = f"unknown field {loc[-1]!r}"
         elif item["type"] == "missing":
             message = "field required"
-        findings.append(error("spec-invalid", _field_path(loc), message))
+        findings.append(error("spec-invalid", _field_path(loc), message, Stage.SPEC))
     return findings
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.validation.findings import Finding, error
+from specdeploy.findings import Finding, Stage, error, warning
 
 FIELD = "spec.modelCache.sizeLimit"
 _SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
@@ -31,8 +31,11 @@ def check_model_cache(spec: SpeculativeDeploymentSpec, weight_bytes: int, estima
     limit = quantity_bytes(spec.model_cache.size_limit)
     if limit >= weight_bytes:
         return []
+    # An explicit sizeLimit that is too small is an error; the default (never chosen for these
+    # weights) is a warning, so that validating a pair does not fail on a value nobody set.
+    make = error if "size_limit" in spec.model_cache.model_fields_set else warning
     basis = "estimated from config.json" if estimated else "from the safetensors index or weightsGiB"
-    return [error("model-cache-too-small", FIELD,
-                 f"the model cache emptyDir is {spec.model_cache.size_limit} but the weights it must hold are "
+    return [make("model-cache-too-small", FIELD,
+                 f"the model cache emptyDir is {spec.model_cache.size_limit}{'' if make is error else ' (the default)'} but the weights it must hold are "
                  f"{weight_bytes / 2**30:.0f} GiB ({basis}): the kubelet would evict the pod during the download; "
-                 f"set modelCache.sizeLimit to at least {-(-weight_bytes // 2**30)}Gi or name a PVC", stage="plan")]
+                 f"set modelCache.sizeLimit to at least {-(-weight_bytes // 2**30)}Gi or name a PVC", Stage.PLAN)]

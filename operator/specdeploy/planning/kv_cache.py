@@ -1,6 +1,6 @@
 """KV cache and state per layer, and the memory vLLM's start-up check demands for them.
 
-Restates vLLM 0.32.0, file by file:
+Restates vLLM (the releases in specdeploy.vllm; these files are unchanged between them), file by file:
 - per-layer specs: `model_executor/layers/attention/attention.py` (full attention:
   num_kv_heads_per_rank x (head_size + head_size_v) x dtype), `.../mla_attention.py`
   (MLA: one latent head of kv_lora_rank + qk_rope_head_dim on every rank; `fp8_ds_mla`

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from specdeploy.geometry import Geometry
 from specdeploy.validation.load import built_draft_tp
+from specdeploy.vllm.drafts import DRAFT_KV_FREE_METHODS, SHARES_TARGET_EMBEDDINGS
 from specdeploy.planning.kv_cache import STATE, CacheNeed, LayerCache, cache_need, model_layer_caches
 
 GIB = 1024**3
@@ -60,14 +61,8 @@ def estimate_weight_bytes(m: Geometry) -> int:
     return (plain + routed) * model_dtype_bytes(m)
 
 
-DRAFT_KV_FREE_METHODS = frozenset({"medusa", "mlp_speculator", "ngram", "suffix"})
 
 
-# Drafts that borrow the target's embedding and lm_head: v1/worker/gpu/spec_decode/eagle/
-# utils.py `maybe_share_target_embed` and the lm_head share in `load_eagle_model` (also used
-# by dflash/ and dspark/ utils.py) replace the draft's copies with the target's unless the
-# draft ships its own, different ones (EAGLE3 heads with a reduced draft vocabulary).
-SHARES_TARGET_EMBEDDINGS = frozenset({"eagle", "eagle3", "dflash", "dspark"})
 
 
 def estimate_draft_weight_bytes(method: str, draft: Geometry, target_vocab_size: int) -> int:

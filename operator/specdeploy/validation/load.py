@@ -1,24 +1,16 @@
-"""The load stage: what vLLM 0.32.0 fails on while it builds the models, after its config
+"""The load stage: what vLLM fails on while it builds the models, after its config
 check has accepted them. Each rule was found by building the model on the meta device
 (tests/parity/memory_judge.py) and is cited to the vLLM file that fails."""
 
 from __future__ import annotations
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.geometry import Geometry
-from specdeploy.validation.findings import Finding, error, warning
+from specdeploy.geometry import Geometry, Models
+from specdeploy.findings import Finding, Stage, error, warning
+from specdeploy.vllm.drafts import DRAFT_AT_TARGET_TP_METHODS, MARKOV_RANK_DSPARK_ARCHITECTURES
 
-LOAD = "load"
+LOAD = Stage.LOAD
 DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
-# v1/worker/gpu/spec_decode/eagle/utils.py `load_eagle_model` (eagle, eagle3, mtp) and
-# dflash/utils.py `load_dflash_model` build the draft with the target's VllmConfig, and
-# every parallel layer reads the global TP group: the draft runs at the target's TP
-# whatever draft_tensor_parallel_size says. dspark (dspark/utils.py) and draft_model
-# (standalone_ar) build with the draft's parallel config.
-DRAFT_AT_TARGET_TP_METHODS = frozenset({"eagle", "eagle3", "mtp", "dflash"})
-# models/qwen3_dspark.py Qwen3DSparkModel.__init__ and models/gemma4_dspark.py read
-# `config.markov_rank` with no default.
-_MARKOV_DSPARK_ARCHITECTURES = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel"})
 
 
 def built_draft_tp(method: str, tp: int, draft_tp: int | None) -> int | None:
@@ -34,12 +26,12 @@ def _dspark_class(draft: Geometry) -> str | None:
     archs = set(draft.architectures)
     if "DSparkDraftModel" in archs and draft.text_model_type == "qwen3":
         return "Qwen3DSparkModel"
-    return next((a for a in draft.architectures if a in _MARKOV_DSPARK_ARCHITECTURES), None)
+    return next((a for a in draft.architectures if a in MARKOV_RANK_DSPARK_ARCHITECTURES), None)
 
 
-def check_load_pair(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None,
-                    draft_config: dict | None) -> list[Finding]:
+def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
     """Load failures independent of the layout."""
+    target, draft = models.target, models.draft
     if spec.draft.method != "dspark" or draft is None or draft is target:
         return []
     cls = _dspark_class(draft)
@@ -51,7 +43,7 @@ def check_load_pair(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Ge
                   f"vLLM builds this draft as {cls} (vllm/model_executor/models/qwen3_dspark.py), whose __init__ reads "
                   f"config.markov_rank{where}: the pod would fail at model load with AttributeError: "
                   f"'Qwen3Config' object has no attribute 'markov_rank'. Put markov_rank (and the other DSpark head "
-                  f"fields) at the top level of the draft's config.json", stage=LOAD)]
+                  f"fields) at the top level of the draft's config.json", LOAD)]
 
 
 def check_load_layout(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int,
@@ -66,9 +58,9 @@ def check_load_layout(spec: SpeculativeDeploymentSpec, draft: Geometry | None, t
         return [warning("draft-tp-not-honoured", DRAFT_TP_FIELD,
                         f"vLLM builds {method} drafts with the target's tensor-parallel group "
                         f"(v1/worker/gpu/spec_decode/eagle/utils.py load_eagle_model): draft tensor parallel size "
-                        f"{draft_tp} is accepted but the draft runs at TP {tp}", stage=LOAD)]
+                        f"{draft_tp} is accepted but the draft runs at TP {tp}", LOAD)]
     return [error("draft-load-fails", DRAFT_TP_FIELD,
                   f"vLLM builds {method} drafts with the target's tensor-parallel group (v1/worker/gpu/spec_decode/"
                   f"eagle/utils.py load_eagle_model), not at draft tensor parallel size {draft_tp}: the draft's "
                   f"{heads} attention heads ({kv} KV) do not split over TP {tp}, so the pod would fail at model load "
-                  f"in QKVParallelLinear; choose a tensor parallel size that divides the draft's heads", stage=LOAD)]
+                  f"in QKVParallelLinear; choose a tensor parallel size that divides the draft's heads", LOAD)]
