@@ -32,7 +32,8 @@ What the CPU build lacks, and what stands in for it (none of it touches a cache 
   GPU MLA backends accept them, so that check is skipped.
 CPU facts that do change the figure are read from the VllmConfig and handed to our side
 explicitly: block size (128 for CPU attention, 16 for CPU MLA), max_num_batched_tokens
-(sliding-window caps), and the Mamba cache mode (CPU turns prefix caching off for MLA,
+(sliding-window caps), the SSM state dtype (the CPU platform stores GatedDeltaNet's recurrent
+state in float32; a GPU keeps the model dtype), and the Mamba cache mode (CPU turns prefix caching off for MLA,
 so hybrid MLA models are judged with prefix caching off: Mamba mode "none" instead of the
 GPU's "align")."""
 
@@ -66,6 +67,7 @@ class MemoryVerdict:
     block_size: int = 0
     in_flight_tokens: int = 0
     mamba_align_mode: bool = False
+    mamba_ssm_cache_dtype: str = "auto"
     spec_counts: tuple[tuple[str, int], ...] = ()
 
 
@@ -231,6 +233,7 @@ class MemoryJudge:
             counts[type(spec).__name__] = counts.get(type(spec).__name__, 0) + 1
         common = dict(block_size=config.cache_config.block_size, in_flight_tokens=config.max_in_flight_tokens,
                       mamba_align_mode=config.cache_config.mamba_cache_mode == "align",
+                      mamba_ssm_cache_dtype=str(config.cache_config.mamba_ssm_cache_dtype),
                       spec_counts=tuple(sorted(counts.items())))
         try:
             with set_current_vllm_config(config):

@@ -42,6 +42,9 @@ TPS = (1, 2, 4, 8)
 MAX_LEN_CAP = 32768
 K = 3
 DRAFT_PREFIXES = ("specforge__", "SafeAILab__")
+# Synthetic targets with the layer layout of published configs the fixtures lack (chunked local
+# attention, GatedDeltaNet): tests/fixtures/synthetic/README.md.
+LAYOUT_TARGETS = ("layout-llama4-scout-text", "layout-qwen3-next-80b")
 # (target, draft, method); draft None: the target's own layers (mtp)
 PAIRS = (
     ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),
@@ -86,7 +89,7 @@ def _load(name: str) -> dict:
 
 
 def cases() -> list[Case]:
-    targets = sorted(p.stem for p in REAL.glob("*.json") if not p.stem.startswith(DRAFT_PREFIXES))
+    targets = sorted(p.stem for p in REAL.glob("*.json") if not p.stem.startswith(DRAFT_PREFIXES)) + list(LAYOUT_TARGETS)
     out = [Case(t, None, None, tp) for t in targets for tp in TPS]
     out += [Case(t, d, m, tp) for t, d, m in PAIRS for tp in TPS]
     return out
@@ -104,7 +107,8 @@ def our_need(case: Case, verdict: MemoryVerdict) -> int:
     elif case.draft:
         draft = read_geometry(vllm_draft_config(case.method, _load(case.draft), target.vocab_size), "d", FACTS)[0]
     k = K if case.method else 0
-    caches = layer_caches(case.method or "ngram", target, draft, case.tp, case.tp, 1, "auto", k)
+    caches = layer_caches(case.method or "ngram", target, draft, case.tp, case.tp, 1, "auto", k,
+                          verdict.mamba_ssm_cache_dtype)
     return cache_need(caches, max_model_len=_max_len(target), block_size=verdict.block_size,
                       in_flight_tokens=verdict.in_flight_tokens, num_speculative_tokens=k,
                       mamba_align_mode=verdict.mamba_align_mode).bytes

@@ -109,7 +109,7 @@ def _indexer_layers(text: Any, layers: int) -> int:
     return sum(1 for i in range(layers) if max(i - offset + 1, 0) % freq == 0)
 
 
-def _state_bytes(text: Any, tp: int, k: int, model_dtype: str) -> int:
+def _state_bytes(text: Any, tp: int, k: int, model_dtype: str, ssm_dtype: str = "auto") -> int:
     """One layer's conv + recurrent state on one rank (mamba_utils.py MambaStateShapeCalculator)."""
     conv_bytes = dtype_bytes(model_dtype)
     linear = _get(text, "linear_attn_config")
@@ -118,13 +118,15 @@ def _state_bytes(text: Any, tp: int, k: int, model_dtype: str) -> int:
         kernel = int(linear.get("short_conv_kernel_size", 4))
         conv = (heads * d * 3) // tp * (kernel - 1 + k)  # q, k and v share one conv state
         recurrent = heads // tp * d * d
-        return conv * conv_bytes + recurrent * 4  # kda_state_dtype: recurrent fp32 under auto
+        return conv * conv_bytes + recurrent * (4 if ssm_dtype == "auto" else _DTYPE_BYTES[ssm_dtype])  # kda_state_dtype
     k_heads, v_heads = int(_get(text, "linear_num_key_heads", 0)), int(_get(text, "linear_num_value_heads", 0))
     k_dim, v_dim = int(_get(text, "linear_key_head_dim", 0)), int(_get(text, "linear_value_head_dim", 0))
     kernel = int(_get(text, "linear_conv_kernel_dim", 4))
     conv = (k_dim * k_heads * 2 + v_dim * v_heads) // tp * (kernel - 1 + k)
     recurrent = v_heads // tp * v_dim * k_dim
-    ssm = str(_get(text, "mamba_ssm_dtype", "")).replace("torch.", "")
+    # _mamba_state_dtype: the conv dtype under auto; Qwen3.5 configs name `mamba_ssm_dtype`
+    # (models/config.py Qwen3_5ForConditionalGenerationConfig).
+    ssm = ssm_dtype if ssm_dtype != "auto" else str(_get(text, "mamba_ssm_dtype", "")).replace("torch.", "")
     return conv * conv_bytes + recurrent * (_DTYPE_BYTES.get(ssm, conv_bytes) if ssm else conv_bytes)
 
 
@@ -149,7 +151,8 @@ def _layer_kinds(text: Any, layers: int) -> list[str]:
 
 
 def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int = 0,
-                       layers: int | None = None, role: str = "target") -> list[LayerCache]:
+                       layers: int | None = None, role: str = "target",
+                       mamba_ssm_cache_dtype: str = "auto") -> list[LayerCache]:
     """The caches of one model's layers on one GPU of the busiest pipeline stage.
 
     `model` is a Geometry; `layers` overrides the layer count (MTP drafts build n_predict
@@ -168,7 +171,7 @@ def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int
         if kind == STATE:
             # models/kimi_k3/nvidia/kda.py: one prefill checkpoint page where the KDA backend aligns.
             kda = isinstance(_get(text, "linear_attn_config"), dict)
-            out.append(LayerCache(STATE, n, state_bytes=_state_bytes(text, tp, k, model.dtype), model=role,
+            out.append(LayerCache(STATE, n, state_bytes=_state_bytes(text, tp, k, model.dtype, mamba_ssm_cache_dtype), model=role,
                                   checkpoint_blocks=1 if kda else 0))
             continue
         if model.uses_mla:

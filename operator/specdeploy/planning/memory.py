@@ -76,9 +76,9 @@ def estimate_draft_weight_bytes(method: str, draft: Geometry, target_vocab_size:
 
 
 def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int, draft_tp: int | None,
-                 pp: int, kv_cache_dtype: str, k: int) -> list[LayerCache]:
+                 pp: int, kv_cache_dtype: str, k: int, mamba_ssm_cache_dtype: str = "auto") -> list[LayerCache]:
     """Every layer cache vLLM allocates on one GPU: the target's, then the draft's."""
-    caches = model_layer_caches(target, tp, pp, kv_cache_dtype, k)
+    caches = model_layer_caches(target, tp, pp, kv_cache_dtype, k, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
     if draft is None or method in DRAFT_KV_FREE_METHODS:
         return caches
     built_tp = built_draft_tp(method, tp, draft_tp) or tp
