@@ -82,3 +82,24 @@ def test_align_mode_keeps_two_state_pages_and_a_prefill_checkpoint() -> None:
     none = cache_need(caches, max_model_len=L, block_size=64)
     align = cache_need(caches, max_model_len=L, block_size=64, mamba_align_mode=True)
     assert align.blocks_per_sequence - none.blocks_per_sequence == 3 * 2  # 3 KDA groups x (2 + 1 - 1)
+
+
+def test_llama4_chunked_layers_hold_one_chunk_plus_the_tokens_in_flight() -> None:
+    caches = model_layer_caches(geometry("layout-llama4-scout-text"), 2, 1, "auto")
+    assert kinds(caches) == {"chunked_local": (36, 4 * 256 * 2), "full": (12, 4 * 256 * 2)}
+    need = cache_need(caches, max_model_len=L, block_size=128, in_flight_tokens=2048)
+    # 36 chunked layers in 3 groups of 12 beside the 12 global ones: a block is 12 pages.
+    assert need.blocks_per_sequence == 3 * ((8192 + 2048) // 128) + L // 128 == 496
+    assert need.bytes == 497 * 12 * 128 * 2048 == 1_563_426_816  # full attention everywhere: 3.0 GiB
+
+
+def test_qwen3_next_counts_12_attention_layers_not_48_and_a_gated_delta_net_state() -> None:
+    caches = model_layer_caches(geometry("layout-qwen3-next-80b"), 2, 1, "auto")
+    conv = 3 * (128 * 16 * 2 + 128 * 32) // 2 * 2  # (kernel - 1) x conv channels per rank, bf16
+    recurrent = 32 // 2 * 128 * 128 * 2  # v heads per rank x 128 x 128, model dtype under auto
+    assert kinds(caches) == {"state": (36, conv + recurrent), "full": (12, 1 * 512 * 2)}
+    need = cache_need(caches, max_model_len=L, block_size=128, mamba_align_mode=True)
+    assert need.block_size == 128 * -(-(conv + recurrent) // (128 * 1024)) == 640
+    # fp32 recurrent state, as the CPU platform stores it: vLLM's own figure on CPU.
+    cpu = model_layer_caches(geometry("layout-qwen3-next-80b"), 2, 1, "auto", mamba_ssm_cache_dtype="float32")
+    assert cache_need(cpu, max_model_len=L, block_size=128, in_flight_tokens=2048, mamba_align_mode=True).bytes == 509_607_936
