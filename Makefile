@@ -35,6 +35,8 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
 	$(VLLM_VENV)/bin/pip install -q 'pytest>=8' 'pytest-asyncio>=1.0' 'PyYAML>=6'
+	# The e2e telemetry test runs the operator (kopf) against kmock, scraping a real vLLM server.
+	$(VLLM_VENV)/bin/pip install -q 'kopf>=1.45,<2' 'kubernetes>=30' 'kmock==0.8'
 	touch $@
 
 vllm-venv: $(VLLM_VENV)/.installed

@@ -1,4 +1,5 @@
-"""`specdeploy`: validate a pair, plan a SpeculativeDeployment, print the CRD, run the operator.
+"""`specdeploy`: validate a pair, plan a SpeculativeDeployment, judge a server's acceptance,
+print the CRD, run the operator.
 
 Exit status (scripts rely on it): 0 valid, 1 invalid (findings say why), 2 usage or I/O error."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import urllib.error
 import os
 import sys
 from pathlib import Path
@@ -24,6 +26,26 @@ def _int_or_auto(value: str) -> int | str:
         return check_int_or_auto(value if value == "auto" else int(value))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {value!r}") from None
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}")
+    return number
+
+
+def _non_negative(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {number}")
+    return number
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("-f", "--filename", required=True, help="SpeculativeDeployment YAML ('-' for stdin)")
     plan.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     plan.add_argument("-n", "--namespace", default=None, help="namespace for the manifests (default: the object's, else 'default')")
+
+    advise = sub.add_parser("advise", help="acceptance, predicted speedup per k and the recommended k from a vLLM /metrics text")
+    advise.add_argument("--metrics", required=True, help="a saved /metrics text ('-' for stdin) or the URL of a vLLM server's /metrics")
+    advise.add_argument("--method", choices=METHODS, help="the server's speculative method (dflash/dspark draft all positions in one pass; ngram/suffix cost nothing)")
+    advise.add_argument("--draft-cost", type=_non_negative, help="cost of one draft pass relative to one target step (default: 0 for ngram/suffix, else 0.1)")
+    advise.add_argument("--num-speculative-tokens", type=_positive_int, help="the k the server runs (default: the positions in the metrics)")
+    advise.add_argument("-o", "--output", choices=("json", "text"), default="text")
 
     sub.add_parser("crd", help="print the CustomResourceDefinition YAML")
 
@@ -181,6 +210,45 @@ def _plan(args: argparse.Namespace) -> int:
     return EXIT_VALID if evaluation.ok else EXIT_INVALID
 
 
+def _advise(args: argparse.Namespace) -> int:
+    """The telemetry's analysis of one /metrics text (counted since the server started).
+    Exit 1 when speculation is judged ineffective (SpeculationEffective would be False)."""
+    import urllib.request
+
+    from specdeploy.telemetry import analyse, parse_counters
+    from specdeploy.telemetry.model import DEFAULT_DRAFT_COST, LOOKUP_DRAFTERS
+    from specdeploy.telemetry.report import summary
+
+    source = args.metrics
+    if source.startswith(("http://", "https://")):
+        with urllib.request.urlopen(source, timeout=10) as response:
+            text = response.read().decode("utf-8", errors="replace")
+    else:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    counters = parse_counters(text)
+    if args.draft_cost is not None:
+        cost, cost_source = args.draft_cost, "given (--draft-cost)"
+    elif args.method in LOOKUP_DRAFTERS:
+        cost, cost_source = 0.0, f"{args.method} drafts by lookup, no model pass"
+    else:
+        cost, cost_source = DEFAULT_DRAFT_COST, "assumed (pass --draft-cost: draft weights per GPU / target weights per GPU)"
+    analysis = analyse(counters, method=args.method, cost=cost, cost_source=cost_source, k=args.num_speculative_tokens)
+    verdict = analysis.verdict
+    if args.output == "json":
+        print(json.dumps({"speculationEffective": {"status": verdict.status, "reason": verdict.reason, "message": verdict.message},
+                          **summary(analysis)}, indent=2))
+    else:
+        print(f"SpeculationEffective={verdict.status} ({verdict.reason}): {verdict.message}")
+        if analysis.predictions:
+            best = analysis.recommended
+            print(f"draft cost {analysis.cost:.3f} of a target step: {analysis.cost_source}")
+            print("   k  tokens/step  speedup")
+            for p in analysis.predictions:
+                marks = ("  <- in force" if p.k == analysis.k else "") + ("  <- recommended" if best and p.k == best.k else "")
+                print(f"  {p.k:2d}  {p.expected_tokens:11.3f}  {p.speedup:6.3f}x{' (extrapolated)' if p.extrapolated else ''}{marks}")
+    return EXIT_INVALID if verdict.status == "False" else EXIT_VALID
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -193,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             return _validate(args)
         if args.command == "plan":
             return _plan(args)
+        if args.command == "advise":
+            return _advise(args)
         if args.command == "crd":
             from specdeploy.api.crd import crd_yaml
 
@@ -204,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_VALID
     except (SourceInvalid, SourceUnavailable) as exc:
         print(f"specdeploy: {exc.field}: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except urllib.error.URLError as exc:
+        print(f"specdeploy: {getattr(args, 'metrics', '')}: {exc.reason}", file=sys.stderr)
         return EXIT_USAGE
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"specdeploy: {exc}", file=sys.stderr)
