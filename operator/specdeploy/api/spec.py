@@ -3,9 +3,10 @@ CLI's input and the operator's parsed view. The CRD is generated from these clas
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+import re
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from specdeploy import DEFAULT_IMAGE
@@ -29,15 +30,49 @@ MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
 # DSpark head a DeepSeek-V4 checkpoint ships (vllm/config/speculative.py __post_init__).
 TARGET_AS_DRAFT_METHODS = frozenset({"mtp", "dspark"})
 
+# Value rules the CRD states in CEL (api/crd.py builds its rules from these same patterns), restated
+# here so `specdeploy plan` and the webhook refuse what the API server would.
+NO_SPACE_RE = r"\s"
+RESOURCE_NAME_RE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+QUANTITY_RE = r"^[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?$"
+
+
+def _no_space(value: str) -> str:
+    if re.search(NO_SPACE_RE, value):
+        raise ValueError("must not contain whitespace")
+    return value
+
+
+def _matching(pattern: str, message: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not re.search(pattern, value):
+            raise ValueError(f"{message}, got {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _not_empty(value: str) -> str:
+    if not value:
+        raise ValueError("must not be empty")
+    return value
+
+
+NoSpace = Annotated[str, AfterValidator(_no_space)]
+NonEmpty = Annotated[str, AfterValidator(_not_empty)]
+ResourceName = Annotated[str, _matching(RESOURCE_NAME_RE, "must be an extended resource name like nvidia.com/gpu")]
+Quantity = Annotated[str, _matching(QUANTITY_RE, "must be a Kubernetes quantity like 200Gi")]
+
 Auto = Literal["auto"]
 IntOrAuto = Union[Auto, int]
 
 
 class SpecModel(BaseModel):
-    """camelCase on the wire, snake_case in Python; unknown fields are errors, not silence."""
+    """camelCase on the wire, snake_case in Python; unknown fields are errors, not silence.
+    Strict: types exactly as the CRD's schema has them (`replicas: "2"` is refused there too)."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
     )
 
 
@@ -49,7 +84,7 @@ class ConfigMapRef(SpecModel):
 class ModelSource(SpecModel):
     """Where a model's weights live and where the operator reads its config.json."""
 
-    model: str = Field(description="Hugging Face Hub repo id (org/name) or a path inside the image or model volume.", min_length=1, max_length=512)
+    model: NoSpace = Field(description="Hugging Face Hub repo id (org/name) or a path inside the image or model volume.", min_length=1, max_length=512)
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) for weights and config.", max_length=128)
     trust_remote_code: bool = Field(False, description="Pass --trust-remote-code to vLLM (needed by models that ship their own code, e.g. Kimi-K3).")
     config: dict[str, Any] | None = Field(None, description="The model's config.json inline, for clusters where the operator cannot reach the Hub.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
@@ -71,7 +106,7 @@ class DraftSpec(SpecModel):
     """The speculative method and, where it has one, the draft checkpoint."""
 
     method: Method = Field(description="vLLM speculative method. ngram and suffix need no draft model; mtp uses the target's own MTP layers, and dspark without a model the DSpark head inside the target checkpoint (DeepSeek-V4).")
-    model: str | None = Field(None, description="Draft Hub repo id or path. Required for every method except ngram, suffix, mtp and (DeepSeek-V4 in-checkpoint) dspark.", max_length=512)
+    model: NoSpace | None = Field(None, description="Draft Hub repo id or path. Required for every method except ngram, suffix, mtp and (DeepSeek-V4 in-checkpoint) dspark.", min_length=1, max_length=512)
     revision: str | None = Field(None, description="Hub revision of the draft.", max_length=128)
     trust_remote_code: bool = Field(False, description="Whether the draft's config needs remote code to parse (vLLM inherits the target's setting).")
     config: dict[str, Any] | None = Field(None, description="The draft's config.json inline.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
@@ -92,7 +127,7 @@ class DraftSpec(SpecModel):
     def _model_needed(self) -> "DraftSpec":
         if self.config is not None and self.config_map_ref is not None:
             raise ValueError("set at most one of config and configMapRef")
-        if self.method in MODEL_FREE_METHODS and (self.model or self.config or self.config_map_ref):
+        if self.method in MODEL_FREE_METHODS and (self.model is not None or self.config is not None or self.config_map_ref is not None):
             raise ValueError(f"method {self.method} uses no draft model: remove draft.model/config/configMapRef")
         needs_model = self.method not in MODEL_FREE_METHODS | TARGET_AS_DRAFT_METHODS
         if needs_model and not self.model:
@@ -108,7 +143,7 @@ class GpuSpec(SpecModel):
     product: str | None = Field(None, description="GPU product from the catalog, e.g. H100-80GB, H200-141GB, B200-180GB, MI300X-192GB (case-insensitive; the bare name is an alias where unambiguous).", max_length=64)
     memory_gi_b: float | None = Field(None, alias="memoryGiB", gt=0, description="GPU memory in GiB, for a GPU not in the catalog (overrides the product's).")
     per_node: int = Field(8, ge=1, le=64, description="GPUs per node; tensor parallelism is kept inside a node where possible.")
-    resource_name: str = Field("nvidia.com/gpu", description="Extended resource requested per pod (amd.com/gpu on AMD).", max_length=253)
+    resource_name: ResourceName = Field("nvidia.com/gpu", description="Extended resource requested per pod (amd.com/gpu on AMD).", max_length=253)
 
 
 class ResourcesSpec(SpecModel):
@@ -149,13 +184,13 @@ class EnvVar(SpecModel):
 
 
 class VllmSpec(SpecModel):
-    extra_args: list[str] = Field(default_factory=list, max_length=64, description="Extra vLLM CLI args, each one element. Flags the plan owns (--tensor-parallel-size, --speculative-config, ...) are refused.")
+    extra_args: list[NonEmpty] = Field(default_factory=list, max_length=64, description="Extra vLLM CLI args, each one element. Flags the plan owns (--tensor-parallel-size, --speculative-config, ...) are refused.")
     env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables for the vLLM container.")
 
 
 class ModelCacheSpec(SpecModel):
     persistent_volume_claim: str | None = Field(None, description="Existing PVC mounted as the Hugging Face cache (shared across restarts).", max_length=253)
-    size_limit: str = Field("200Gi", description="Size limit of the emptyDir used when no PVC is named.", max_length=32)
+    size_limit: Quantity = Field("200Gi", description="Size limit of the emptyDir used when no PVC is named.", max_length=32)
 
 
 class SchedulingSpec(SpecModel):
@@ -192,7 +227,7 @@ class SpeculativeDeploymentSpec(SpecModel):
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec, description="Tensor and pipeline parallelism of the target.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="Serving limits that size the KV cache.")
     replicas: int = Field(1, ge=0, le=1000, description="Number of serving replicas (each may span several nodes).")
-    image: str = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`.", max_length=512)
+    image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`.", max_length=512)
     vllm: VllmSpec = Field(default_factory=VllmSpec, description="Extra vLLM args and environment.")
     hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Secret holding a Hugging Face token, injected as HF_TOKEN via secretKeyRef only.")
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Volume for the Hugging Face model cache.")
