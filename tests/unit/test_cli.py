@@ -76,16 +76,17 @@ def test_bad_spec_field_exits_1_naming_the_field(tmp_path: Path) -> None:
                   "spec:\n  target: {model: a/b}\n  draft: {method: eagle9, model: c/d}\n  replicas: -1\n")
     result = run("plan", "-f", str(cr), "-o", "json")
     assert result.returncode == 1
-    fields = {f["field"] for f in json.loads(result.stdout)["findings"]}
+    fields = {f["field"] for f in json.loads(result.stdout)["results"][0]["findings"]}
     assert {"spec.draft.method", "spec.replicas"} <= fields
 
 
 def test_rollout_limits_must_be_counts_or_percentages(tmp_path: Path) -> None:
     cr = tmp_path / "sd.yaml"
-    cr.write_text("spec:\n  target: {model: a/b}\n  draft: {method: ngram, numSpeculativeTokens: 3}\n  rollout: {maxSurge: abc}\n")
+    cr.write_text("apiVersion: specdeploy.io/v1alpha1\nkind: SpeculativeDeployment\nmetadata: {name: x}\n"
+                  "spec:\n  target: {model: a/b}\n  draft: {method: ngram, numSpeculativeTokens: 3}\n  rollout: {maxSurge: abc}\n")
     result = run("plan", "-f", str(cr), "-o", "json")
     assert result.returncode == 1
-    finding = json.loads(result.stdout)["findings"][0]
+    finding = json.loads(result.stdout)["results"][0]["findings"][0]
     assert finding["field"] == "spec.rollout.maxSurge" and "percentage" in finding["message"]
 
 
@@ -99,7 +100,7 @@ def test_plan_reads_config_maps_from_the_same_stream(tmp_path: Path) -> None:
     result = run("plan", "-f", str(stream), "-o", "json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert [m["kind"] for m in out["manifests"]] == ["Deployment", "Service", "PodDisruptionBudget"]
+    assert [m["kind"] for m in out["results"][0]["manifests"]] == ["Deployment", "Service", "PodDisruptionBudget"]
     without = run("plan", "-f", str(Path(__file__).parents[2] / "examples" / "llama-3.1-70b-eagle3.yaml"))
     assert without.returncode == 2 and "spec.draft.configMapRef" in without.stderr and "llama-70b-eagle3-draft" in without.stderr
 

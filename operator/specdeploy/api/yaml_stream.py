@@ -127,7 +127,8 @@ def load_documents(text: str, source: str = "<stream>") -> list[Any]:
     except StreamError:
         raise
     except yaml.YAMLError as exc:
-        raise StreamError(f"{source}: not valid YAML: {' '.join(str(exc).replace('in "<unicode string>", ', '').split())}") from None
+        detail = " ".join(str(exc).replace('in "<unicode string>", ', "").split())
+        raise StreamError(f"{source}: not valid YAML: {detail}") from None
     except RecursionError:  # defence in depth: _check_events bounds depth first
         raise StreamError(f"{source}: nested too deeply") from None
     for index, document in enumerate(documents):
