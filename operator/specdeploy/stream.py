@@ -54,7 +54,7 @@ class StreamReport:
     def to_dict(self) -> dict[str, Any]:
         counts = {v: sum(r.verdict == v for r in self.results) for v in ("valid", "invalid", "unjudged")}
         summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "nothing judged"
-        return {"ok": self.exit_code == EXIT_VALID, "summary": f"{len(self.results)} {KIND}(s): {summary}",
+        return {"ok": self.exit_code == EXIT_VALID, "summary": f"{len(self.results)} {KIND}(s), {summary}",
                 "results": [r.to_dict() for r in self.results], "skipped": self.skipped}
 
 
