@@ -21,6 +21,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
+from specdeploy.controller import webhook
 from specdeploy.controller.kube import Kube
 from specdeploy.controller.reconcile import Reconciler, Result
 from specdeploy.render.labels import MANAGED_BY, OWNER_LABEL
@@ -56,6 +57,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 8
     memo.kube = Kube(_api_client(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true")
+    # The validating webhook (controller/webhook.py), when the chart enables it.
+    settings.admission.server = webhook.server_from_env()
+    if webhook.enabled():
+        webhook.warm_up()
 
 
 def _api_client() -> k8s_client.ApiClient:
@@ -116,6 +121,9 @@ def mirror_deployment(body: kopf.Body, type: str | None, memo: kopf.Memo, logger
 def mirror_leader_worker_set(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """LeaderWorkerSet readiness -> the parent's Available/Ready/readyReplicas."""
     _mirror(body, type, memo, logger)
+
+
+webhook.register(registry)
 
 
 def run(
