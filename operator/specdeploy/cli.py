@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from specdeploy.api.spec import METHODS, MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS
+from specdeploy.api.spec import METHODS, check_int_or_auto, draft_model_rule
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 OUTPUTS = ("text", "json", "yaml")
@@ -100,15 +100,10 @@ def _looks_local(ref: str) -> bool:
 # ---- validate ----------------------------------------------------------------------------------
 
 def _int_or_auto(value: str) -> int | str:
-    if value == "auto":
-        return value
     try:
-        number = int(value)
+        return check_int_or_auto(value if value == "auto" else int(value))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {number}")
-    return number
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {value!r}") from None
 
 
 def _gpu_product(value: str) -> str:
@@ -143,9 +138,10 @@ def _add_validate(sub: Any) -> None:
 
 def _check_draft_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--draft is required exactly when the method drafts with a checkpoint of its own."""
-    if args.method in MODEL_FREE_METHODS and args.draft:
+    rule = draft_model_rule(args.method)
+    if rule == "none" and args.draft:
         parser.error(f"--method {args.method} uses no draft model: drop --draft")
-    if args.method not in MODEL_FREE_METHODS | TARGET_AS_DRAFT_METHODS and not args.draft:
+    if rule == "required" and not args.draft:
         parser.error(f"--method {args.method} needs --draft (a config.json, a directory holding one, or a Hub repo id)")
 
 
@@ -298,11 +294,23 @@ def _run(args: argparse.Namespace) -> int:
 SUBCOMMANDS: list[Callable[[Any], None]] = [_add_validate, _add_plan, _add_crd, _add_run]
 
 
-def _parser() -> argparse.ArgumentParser:
-    from specdeploy import __version__, VLLM_VERSION
+class _Version(argparse.Action):
+    """--version, importing the vLLM facts only when asked."""
 
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from specdeploy import __version__
+        from specdeploy.vllm import DEFAULT_VERSION, SUPPORTED_VERSIONS
+
+        print(f"specdeploy {__version__} (vLLM rules of {', '.join(SUPPORTED_VERSIONS)}; default {DEFAULT_VERSION})")
+        parser.exit()
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdeploy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"specdeploy {__version__} (vLLM rules of {VLLM_VERSION})")
+    parser.add_argument("--version", action=_Version, help="print the version and the vLLM releases whose rules it knows")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in SUBCOMMANDS:
         add(sub)

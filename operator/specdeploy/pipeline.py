@@ -1,7 +1,17 @@
 """The one pure flow every caller shares: spec + configs -> findings + plan.
 
-The CLI, the operator and the tests all call `evaluate`; nothing here touches the
-network, the Kubernetes API or the clock."""
+The CLI, the operator and the tests all call `evaluate`; nothing here touches the network, the
+Kubernetes API or the clock. The stages run in the order vLLM itself checks, each in its own
+module, and every finding carries the stage that produced it:
+
+    which vLLM judges  (vllm.versions)                     stage spec
+    read the models    (geometry.models)                   stage config
+    check the pair     (validation.rules)                  stage pair
+    resolve k          (validation.speculative_tokens, then the speculativeConfig keys
+                        that depend on it: validation.speculative_config)  stage pair
+    plan the layout    (planning.planner)                  stage plan (vLLM's layout rules: pair)
+    check extra args   (validation.extra_args)             stage spec
+"""
 
 from __future__ import annotations
 
@@ -9,45 +19,66 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.findings import VALIDATION_STAGES, Finding, Stage, at_stage, has_errors
+from specdeploy.geometry import ModelInputs, read_models
 from specdeploy.planning.plan import Plan
-from specdeploy.validation.findings import Finding, has_errors
+from specdeploy.planning.planner import layout_findings, plan_layout
+from specdeploy.render.speculative_config import speculative_config
+from specdeploy.validation.extra_args import check_extra_args
+from specdeploy.validation.rules import check_pair
+from specdeploy.validation.speculative_config import check_speculative_config
+from specdeploy.validation.speculative_tokens import resolve_num_speculative_tokens
+from specdeploy.vllm import judging_version
 
-
-@dataclass(frozen=True)
-class ModelInputs:
-    """A model's config.json as read by sources/, plus the weight size when the Hub knows it."""
-
-    config: dict[str, Any]
-    weight_bytes: int | None = None
-    origin: str = "inline"  # where the config came from, for messages
+__all__ = ["Evaluation", "ModelInputs", "evaluate"]
 
 
 @dataclass(frozen=True)
 class Evaluation:
     findings: tuple[Finding, ...]
     plan: Plan | None
+    vllm_version: str | None = None  # the rule set that judged (None: the spec did not parse)
+    speculative_config: dict[str, Any] | None = None  # what --speculative-config will carry
 
     @property
     def ok(self) -> bool:
-        return self.plan is not None and not has_errors(list(self.findings))
+        return self.plan is not None and not has_errors(self.findings)
+
+    @property
+    def validated(self) -> bool:
+        """No spec/config/pair/load error: vLLM would accept the pair (the `Validated` condition)."""
+        return not has_errors(self.findings, VALIDATION_STAGES)
+
+    def plan_dict(self) -> dict[str, Any] | None:
+        if self.plan is None:
+            return None
+        return {**self.plan.to_dict(), "speculativeConfig": self.speculative_config}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "vllmVersion": self.vllm_version,
             "findings": [f.to_dict() for f in self.findings],
-            "plan": self.plan.to_dict() if self.plan else None,
+            "plan": self.plan_dict(),
         }
 
 
-def evaluate(
-    spec: SpeculativeDeploymentSpec,
-    target: ModelInputs,
-    draft: ModelInputs | None,
-) -> Evaluation:
-    """Validate the pair and plan its layout. `draft` is None for ngram/suffix (and mtp,
-    which reads the target's own MTP layers)."""
-    from specdeploy.planning.planner import plan_deployment
-    from specdeploy.render.owned_flags import extra_args_findings
-
-    evaluation = plan_deployment(spec, target, draft)
-    return Evaluation(evaluation.findings + tuple(extra_args_findings(spec)), evaluation.plan)
+def evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: ModelInputs | None) -> Evaluation:
+    """Validate the pair and plan its layout. `draft` is None for ngram/suffix (and mtp, which
+    reads the target's own MTP layers)."""
+    facts, findings = judging_version(spec.vllm_version, spec.image)
+    extra_args = check_extra_args(spec, facts)
+    models, model_findings = read_models(spec, target, draft, facts)
+    findings += at_stage(model_findings, Stage.CONFIG)
+    if models is None:
+        return Evaluation(tuple(findings + extra_args), None, facts.version)
+    findings += check_pair(spec, models, facts)
+    k, k_findings = resolve_num_speculative_tokens(spec, models)
+    findings += k_findings + check_speculative_config(spec, k, models, facts)
+    if k is None or has_errors(findings):
+        # No plan for an invalid pair, but every reason at once: vLLM's layout rules too.
+        return Evaluation(tuple(findings + layout_findings(spec, models, facts) + extra_args), None, facts.version)
+    plan, plan_findings = plan_layout(spec, models, k, target, draft, facts)
+    findings += plan_findings + extra_args
+    config = speculative_config(spec, plan) if plan is not None else None
+    return Evaluation(tuple(findings), plan, facts.version, config)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from specdeploy.api.parse import ParsedObject, parse_object
 from specdeploy.api.spec import API_GROUP, KIND
 from specdeploy.api.yaml_stream import StreamError, load_documents
-from specdeploy.validation.findings import Finding, error, has_errors
+from specdeploy.findings import Finding, Stage, error, has_errors
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNJUDGED = 0, 1, 2
 
@@ -27,6 +27,7 @@ class ObjectResult:
     manifests: list[dict[str, Any]]
     # Findings that mean "could not be judged" (a config that could not be read), not "invalid".
     unjudged: tuple[Finding, ...] = ()
+    vllm_version: str | None = None  # the vLLM release whose rules judged it
 
     @property
     def verdict(self) -> str:
@@ -35,7 +36,7 @@ class ObjectResult:
         return "unjudged" if self.unjudged else "valid"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "namespace": self.namespace, "verdict": self.verdict, "ok": self.verdict == "valid",
+        return {"name": self.name, "namespace": self.namespace, "verdict": self.verdict, "ok": self.verdict == "valid", "vllmVersion": self.vllm_version,
                 "findings": [f.to_dict() for f in self.findings + self.unjudged], "plan": self.plan, "manifests": self.manifests}
 
 
@@ -98,7 +99,7 @@ def plan_stream(text: str, source: str, *, namespace: str | None = None, hf_toke
     for document in ours:
         parsed = parse_object(document, default_namespace=default_namespace, namespace_override=namespace)
         key = (parsed.namespace, parsed.name)
-        duplicate = (error("object-invalid", "metadata.name", f"{parsed.namespace}/{parsed.name} appears twice in {source}: the second replaces the first"),) if key in seen and parsed.name else ()
+        duplicate = (error("object-invalid", "metadata.name", f"{parsed.namespace}/{parsed.name} appears twice in {source}: the second replaces the first", Stage.SPEC),) if key in seen and parsed.name else ()
         seen.add(key)
         result = _judge(parsed, configmaps, source, hf_token, hub_local_only)
         if duplicate:
@@ -132,16 +133,16 @@ def _judge(parsed: ParsedObject, configmaps: dict[tuple[str, str], dict[str, Any
         target = read(spec.target, "spec.target")
         draft = read(spec.draft, "spec.draft") if spec.draft.has_own_checkpoint else None
     except SourceInvalid as exc:
-        return ObjectResult(parsed.name, parsed.namespace, parsed.findings + (error("config-invalid", exc.field, exc.message),), None, [])
+        return ObjectResult(parsed.name, parsed.namespace, parsed.findings + (error("config-invalid", exc.field, exc.message, Stage.CONFIG),), None, [])
     except SourceUnavailable as exc:
         message = exc.message
         if exc.field.endswith(".model"):
             message += ": set HF_HUB_OFFLINE=1 with a filled cache, use a configMapRef in the stream, or inline the config"
         return ObjectResult(parsed.name, parsed.namespace, parsed.findings, None, [],
-                            unjudged=(error("config-unavailable", exc.field, message),))
+                            unjudged=(error("config-unavailable", exc.field, message, Stage.CONFIG),))
     evaluation = evaluate(spec, target, draft)
     manifests: list[dict[str, Any]] = []
     if evaluation.ok and evaluation.plan is not None:
         manifests = render_manifests(spec, evaluation.plan, name=parsed.name, namespace=parsed.namespace)
-    plan = evaluation.plan.to_dict() if evaluation.plan else None
-    return ObjectResult(parsed.name, parsed.namespace, parsed.findings + evaluation.findings, plan, manifests)
+    return ObjectResult(parsed.name, parsed.namespace, parsed.findings + evaluation.findings, evaluation.plan_dict(), manifests,
+                        vllm_version=evaluation.vllm_version)

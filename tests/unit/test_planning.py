@@ -7,12 +7,15 @@ import pytest
 from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
 from specdeploy.planning.memory import GIB, estimate_parameters, kv_bytes_per_token
 from specdeploy.geometry import read_geometry
+from specdeploy.vllm import DEFAULT_VERSION, rule_set
 from tests.conftest import load_config
 from tests.unit.test_validation import judge
 
+DEFAULT_FACTS = rule_set(DEFAULT_VERSION)
+
 
 def geometry(name: str):
-    return read_geometry(load_config(name), "t")[0]
+    return read_geometry(load_config(name), "t", DEFAULT_FACTS)[0]
 
 
 def test_llama_70b_parameter_estimate_matches_its_published_size() -> None:
@@ -86,3 +89,31 @@ def test_multi_node_layouts_keep_each_tensor_parallel_group_inside_a_node() -> N
     assert plan.gpus_per_pod % plan.tensor_parallel_size == 0 or plan.tensor_parallel_size % plan.gpus_per_pod == 0
     rejected = [c for c in plan.candidates if (c.tensor_parallel_size, c.pipeline_parallel_size) == (2, 5)]
     assert rejected and not rejected[0].accepted and "tensor-parallel group" in rejected[0].reason
+
+
+@pytest.mark.parametrize(("gpu", "resource"), [
+    ({"product": "MI300X"}, "amd.com/gpu"),
+    ({"product": "H200"}, "nvidia.com/gpu"),
+    ({"memoryGiB": 100}, "nvidia.com/gpu"),
+    ({"product": "MI300X", "resourceName": "example.com/gpu"}, "example.com/gpu"),
+])
+def test_gpu_vendor_decides_the_default_resource_name(gpu: dict, resource: str) -> None:
+    plan = judge("meta-llama__Llama-3.1-8B-Instruct", None, "ngram", k=3, resources={"gpu": gpu}).plan
+    assert plan.gpu_resource_name == resource
+
+
+def test_an_unknown_gpu_product_is_a_plan_finding_even_with_memory_given() -> None:
+    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", None, "ngram", k=3,
+                       resources={"gpu": {"product": "H1000", "memoryGiB": 80}})
+    (finding,) = [f for f in evaluation.findings if f.code == "gpu-unknown"]
+    assert finding.stage.value == "plan" and finding.field == "spec.resources.gpu.product"
+    assert evaluation.validated and evaluation.plan is None and not evaluation.ok
+
+
+def test_a_layout_that_does_not_fit_is_planned_false_not_validated_false() -> None:
+    """Llama-3.1-70B in bf16 cannot fit one A100-40GB: vLLM would accept the config, we cannot plan it."""
+    evaluation = judge("meta-llama__Llama-3.1-70B-Instruct", None, "ngram", k=3, tp=1, pp=1,
+                       resources={"gpu": {"product": "A100-40GB"}})
+    assert evaluation.validated and not evaluation.ok and evaluation.plan is None
+    stages = {f.code: f.stage.value for f in evaluation.findings if f.severity.value == "error"}
+    assert stages == {"memory-does-not-fit": "plan"}

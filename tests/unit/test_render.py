@@ -14,9 +14,8 @@ import pytest
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.planning.plan import ModelLayout, Plan
-from specdeploy.render import PLAN_HASH_ANNOTATION, plan_hash, render_manifests
+from specdeploy.render import PLAN_HASH_ANNOTATION, plan_hash, render_manifests, speculative_config
 from specdeploy.render.labels import LWS_WORKER_INDEX_LABEL, selector_string, service_name
-from specdeploy.render.owned_flags import extra_args_findings, owned_flag
 from specdeploy.render.pod import STARTUP_FAILURE_THRESHOLD, STARTUP_PERIOD_S
 
 K8S_VERSIONS = ["1.31.0", "1.35.0"]
@@ -53,13 +52,9 @@ def make_plan(**overrides: Any) -> Plan:
         max_model_len=8192,
         target=LAYOUT,
         draft=LAYOUT,
+        gpu_resource_name="nvidia.com/gpu",
         memory=None,
-        speculative_config={
-            "method": "eagle3",
-            "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-70B",
-            "num_speculative_tokens": 3,
-            "draft_tensor_parallel_size": 1,
-        },
+        vllm_version="0.32.0",
     )
     return dataclasses.replace(base, **overrides)
 
@@ -108,7 +103,7 @@ def test_vllm_args_are_an_exec_list_with_one_json_speculative_config() -> None:
     assert all(isinstance(a, str) and "\n" not in a for a in args)
     raw = flag(args, "--speculative-config")
     assert raw == '{"draft_tensor_parallel_size":1,"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-70B","num_speculative_tokens":3}'
-    assert json.loads(raw) == plan.speculative_config
+    assert json.loads(raw) == speculative_config(spec(), plan)
     assert flag(args, "--tensor-parallel-size") == "4"
     assert flag(args, "--pipeline-parallel-size") == "1"
     assert flag(args, "--max-model-len") == "8192"
@@ -162,8 +157,8 @@ def test_pod_resources_volumes_env_and_probes() -> None:
 
 
 def test_pvc_cache_and_amd_resource_name() -> None:
-    s = spec(modelCache={"persistentVolumeClaim": "hf-cache"}, resources={"gpu": {"product": "MI300X", "resourceName": "amd.com/gpu"}})
-    dep = by_kind(render_manifests(s, make_plan(), name="llama", namespace="ml"))["Deployment"]
+    s = spec(modelCache={"persistentVolumeClaim": "hf-cache"}, resources={"gpu": {"product": "MI300X"}})
+    dep = by_kind(render_manifests(s, make_plan(gpu_resource_name="amd.com/gpu"), name="llama", namespace="ml"))["Deployment"]
     volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     assert volumes["model-cache"] == {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}}
     assert container(dep["spec"]["template"])["resources"]["limits"] == {"amd.com/gpu": "4"}
@@ -207,7 +202,7 @@ def test_rendering_is_deterministic_and_hashes_follow_content() -> None:
     first = render_manifests(spec(), make_plan(), name="llama", namespace="ml")
     assert first == render_manifests(spec(), make_plan(), name="llama", namespace="ml")
     changed = render_manifests(
-        spec(), make_plan(num_speculative_tokens=5, speculative_config={**make_plan().speculative_config, "num_speculative_tokens": 5}),
+        spec(), make_plan(num_speculative_tokens=5),
         name="llama", namespace="ml",
     )
     hashes = [[m["metadata"]["annotations"][PLAN_HASH_ANNOTATION] for m in r] for r in (first, changed)]
@@ -260,35 +255,6 @@ def test_strict_validation_catches_a_broken_object() -> None:
     dep["spec"]["replicas"] = "2"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(dep, K8S_VERSIONS[0], strict=True)
-
-
-@pytest.mark.parametrize(
-    ("arg", "owned"),
-    [
-        ("--tensor-parallel-size=2", "--tensor-parallel-size"),
-        ("--tensor_parallel_size", "--tensor-parallel-size"),
-        ("-tp", "--tensor-parallel-size"),
-        ("--speculative-config.num_speculative_tokens", "--speculative-config"),
-        ("--no-trust-remote-code", "--trust-remote-code"),
-        ("--max-model-len", "--max-model-len"),
-        ("--enable-prefix-caching", None),
-        ("4096", None),
-        ("--max-num-seqs=64", None),
-    ],
-)
-def test_owned_flag(arg: str, owned: str | None) -> None:
-    assert owned_flag(arg) == owned
-
-
-def test_extra_args_overriding_the_plan_are_findings() -> None:
-    s = spec(vllm={"extraArgs": ["--enable-prefix-caching", "--tensor-parallel-size", "2", "--port=9000"]})
-    findings = extra_args_findings(s)
-    assert [(f.field, f.severity.value) for f in findings] == [
-        ("spec.vllm.extraArgs[1]", "error"),
-        ("spec.vllm.extraArgs[3]", "error"),
-    ]
-    assert "--tensor-parallel-size" in findings[0].message
-    assert extra_args_findings(spec()) == []
 
 
 def test_render_is_pure() -> None:

@@ -164,8 +164,10 @@ def test_speculative_config_passthrough_refuses_owned_and_unknown_keys() -> None
 
 
 def test_plan_speculative_config_is_what_vllm_gets() -> None:
-    plan = judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", tp=8, k=5).plan
-    assert plan.speculative_config == {"method": "dspark", "model": "org/k3-dspark-block5", "num_speculative_tokens": 5, "draft_tensor_parallel_size": 8}
+    evaluation = judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", tp=8, k=5)
+    expected = {"method": "dspark", "model": "org/k3-dspark-block5", "num_speculative_tokens": 5, "draft_tensor_parallel_size": 8}
+    assert evaluation.speculative_config == expected == evaluation.to_dict()["plan"]["speculativeConfig"]
+    assert evaluation.to_dict()["vllmVersion"] == evaluation.plan.vllm_version == "0.32.0"
 
 
 def test_speculators_eagle3_draft_is_valid_and_needs_k_set() -> None:

@@ -22,17 +22,16 @@ from specdeploy.api.spec import (
     API_GROUP,
     API_VERSION,
     KIND,
-    MODEL_FREE_METHODS,
     NO_SPACE_RE,
     PLURAL,
     QUANTITY_RE,
     RESOURCE_NAME_RE,
     SHORT_NAMES,
     SINGULAR,
-    TARGET_AS_DRAFT_METHODS,
     SpeculativeDeploymentSpec,
 )
 from specdeploy.api.status import SpeculativeDeploymentStatus
+from specdeploy.vllm.drafts import MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS
 
 Schema = dict[str, Any]
 

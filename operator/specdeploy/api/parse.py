@@ -9,7 +9,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.validation.findings import Finding, error
+from specdeploy.findings import Finding, Stage, error
+
+
+def _spec_error(code: str, field: str, message: str) -> Finding:
+    """Findings about the object itself: stage spec (the Validated condition)."""
+    return error(code, field, message, Stage.SPEC)
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -29,7 +34,7 @@ def findings_from_validation_error(exc: ValidationError) -> list[Finding]:
             message = f"unknown field {loc[-1]!r}"
         elif item["type"] == "missing":
             message = "field required"
-        findings.append(error("spec-invalid", _field_path(loc), message))
+        findings.append(_spec_error("spec-invalid", _field_path(loc), message))
     return findings
 
 
@@ -74,15 +79,15 @@ class ParsedObject:
 
 def _name_findings(field: str, value: Any, *, namespace: bool) -> list[Finding]:
     if not isinstance(value, str):
-        return [error("object-invalid", field, f"must be a string, got {type(value).__name__}")]
+        return [_spec_error("object-invalid", field, f"must be a string, got {type(value).__name__}")]
     limit, pattern, what = (63, DNS1123_LABEL_RE, "a DNS-1123 label") if namespace else (253, DNS1123_SUBDOMAIN_RE, "a DNS-1123 subdomain")
     if len(value) > limit:
-        return [error("object-invalid", field, f"must be at most {limit} characters, got {len(value)}")]
+        return [_spec_error("object-invalid", field, f"must be at most {limit} characters, got {len(value)}")]
     if not pattern.match(value):
-        return [error("object-invalid", field, f"{value!r} is not {what}: lower-case letters, digits and '-'"
+        return [_spec_error("object-invalid", field, f"{value!r} is not {what}: lower-case letters, digits and '-'"
                       f"{'' if namespace else ' (and dots between labels)'}, starting and ending with a letter or digit")]
     if not namespace and (len(value) > CHILD_NAME_MAX or not CHILD_NAME_RE.match(value)):
-        return [error("name-unusable", field, f"{value!r} is a valid object name, but the operator names its Service '<name>-api' "
+        return [_spec_error("name-unusable", field, f"{value!r} is a valid object name, but the operator names its Service '<name>-api' "
                       f"(a DNS-1035 label): use at most {CHILD_NAME_MAX} characters, starting with a letter, no dots")]
     return []
 
@@ -94,14 +99,14 @@ def envelope_findings(document: dict[str, Any]) -> list[Finding]:
     expected = f"{API_GROUP}/{API_VERSION}"
     findings = []
     if document.get("apiVersion") != expected:
-        findings.append(error("object-invalid", "apiVersion", f"must be {expected}, got {document.get('apiVersion')!r}"))
+        findings.append(_spec_error("object-invalid", "apiVersion", f"must be {expected}, got {document.get('apiVersion')!r}"))
     if document.get("kind") != KIND:
-        findings.append(error("object-invalid", "kind", f"must be {KIND}, got {document.get('kind')!r}"))
+        findings.append(_spec_error("object-invalid", "kind", f"must be {KIND}, got {document.get('kind')!r}"))
     for key in document:
         if key not in OBJECT_KEYS:
-            findings.append(error("object-invalid", str(key), f"unknown field {key!r}: an object has {', '.join(OBJECT_KEYS)}"))
+            findings.append(_spec_error("object-invalid", str(key), f"unknown field {key!r}: an object has {', '.join(OBJECT_KEYS)}"))
     if not isinstance(document.get("spec"), dict):
-        findings.append(error("spec-invalid", "spec", "field required: a mapping with target and draft"))
+        findings.append(_spec_error("spec-invalid", "spec", "field required: a mapping with target and draft"))
     return findings
 
 
@@ -113,7 +118,7 @@ def is_bare_spec(document: Any) -> bool:
 def parse_object(document: Any, *, default_namespace: str = "default", namespace_override: str | None = None) -> ParsedObject:
     """Judge one document of a stream the way the API server and then the operator would."""
     if not isinstance(document, dict):
-        return ParsedObject("", default_namespace, None, (error("object-invalid", "", f"a document must be a mapping, got {type(document).__name__}"),))
+        return ParsedObject("", default_namespace, None, (_spec_error("object-invalid", "", f"a document must be a mapping, got {type(document).__name__}"),))
     if is_bare_spec(document):
         spec, findings = parse_spec(document)
         return ParsedObject("specdeploy", namespace_override or default_namespace, spec, tuple(findings))
@@ -122,10 +127,10 @@ def parse_object(document: Any, *, default_namespace: str = "default", namespace
     name: Any = ""
     namespace: Any = namespace_override or default_namespace
     if not isinstance(metadata, dict):
-        findings.append(error("object-invalid", "metadata", "field required: a mapping with at least name"))
+        findings.append(_spec_error("object-invalid", "metadata", "field required: a mapping with at least name"))
     else:
         if "name" not in metadata:
-            findings.append(error("object-invalid", "metadata.name", "field required"))
+            findings.append(_spec_error("object-invalid", "metadata.name", "field required"))
         else:
             name = metadata["name"]
             findings += _name_findings("metadata.name", name, namespace=False)

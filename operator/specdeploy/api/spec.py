@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from specdeploy import DEFAULT_IMAGE
+from specdeploy.vllm import DEFAULT_IMAGE
+from specdeploy.vllm.drafts import MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS
 
 API_GROUP = "specdeploy.io"
 API_VERSION = "v1alpha1"
@@ -18,17 +19,13 @@ PLURAL = "speculativedeployments"
 SINGULAR = "speculativedeployment"
 SHORT_NAMES = ["sdep"]
 
-# The methods this operator plans for (vLLM SpeculativeConfig.method; vllm/config/speculative.py).
+# The methods this operator plans for. Which of them a vLLM release accepts is that release's
+# fact (specdeploy.vllm): medusa and mlp_speculator are gone from 0.33.0.
 Method = Literal[
     "dspark", "eagle", "eagle3", "mtp", "draft_model", "dflash",
     "ngram", "medusa", "mlp_speculator", "suffix",
 ]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
-# Methods with no draft checkpoint of their own (mtp and dspark may reuse the target's).
-MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
-# Without draft.model vLLM drafts from the target checkpoint itself: its MTP layers, or the
-# DSpark head a DeepSeek-V4 checkpoint ships (vllm/config/speculative.py __post_init__).
-TARGET_AS_DRAFT_METHODS = frozenset({"mtp", "dspark"})
 
 # Value rules the CRD states in CEL (api/crd.py builds its rules from these same patterns), restated
 # here so `specdeploy plan` and the webhook refuse what the API server would.
@@ -65,6 +62,20 @@ Quantity = Annotated[str, _matching(QUANTITY_RE, "must be a Kubernetes quantity 
 
 Auto = Literal["auto"]
 IntOrAuto = Union[Auto, int]
+
+
+def check_int_or_auto(value: IntOrAuto) -> IntOrAuto:
+    """'auto' or an integer >= 1 (the spec's validators and the CLI's flags share this)."""
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"must be 'auto' or an integer >= 1, got {value!r}")
+    return value
+
+
+def draft_model_rule(method: str) -> Literal["none", "optional", "required"]:
+    """Whether `method` takes a draft checkpoint (the spec and the CLI phrase it each their way)."""
+    if method in MODEL_FREE_METHODS:
+        return "none"
+    return "optional" if method in TARGET_AS_DRAFT_METHODS else "required"
 
 
 class SpecModel(BaseModel):
@@ -119,18 +130,16 @@ class DraftSpec(SpecModel):
     @field_validator("tensor_parallel_size")
     @classmethod
     def _positive_tp(cls, value: IntOrAuto) -> IntOrAuto:
-        if value != "auto" and value < 1:
-            raise ValueError("must be 'auto' or an integer >= 1")
-        return value
+        return check_int_or_auto(value)
 
     @model_validator(mode="after")
     def _model_needed(self) -> "DraftSpec":
         if self.config is not None and self.config_map_ref is not None:
             raise ValueError("set at most one of config and configMapRef")
-        if self.method in MODEL_FREE_METHODS and (self.model is not None or self.config is not None or self.config_map_ref is not None):
+        rule = draft_model_rule(self.method)
+        if rule == "none" and (self.model is not None or self.config is not None or self.config_map_ref is not None):
             raise ValueError(f"method {self.method} uses no draft model: remove draft.model/config/configMapRef")
-        needs_model = self.method not in MODEL_FREE_METHODS | TARGET_AS_DRAFT_METHODS
-        if needs_model and not self.model:
+        if rule == "required" and not self.model:
             raise ValueError(f"method {self.method} needs draft.model (a Hub repo id or a path)")
         return self
 
@@ -143,7 +152,7 @@ class GpuSpec(SpecModel):
     product: str | None = Field(None, description="GPU product from the catalog, e.g. H100-80GB, H200-141GB, B200-180GB, MI300X-192GB (case-insensitive; the bare name is an alias where unambiguous).", max_length=64)
     memory_gi_b: float | None = Field(None, alias="memoryGiB", gt=0, description="GPU memory in GiB, for a GPU not in the catalog (overrides the product's).")
     per_node: int = Field(8, ge=1, le=64, description="GPUs per node; tensor parallelism is kept inside a node where possible.")
-    resource_name: ResourceName = Field("nvidia.com/gpu", description="Extended resource requested per pod (amd.com/gpu on AMD).", max_length=253)
+    resource_name: ResourceName | None = Field(None, description="Extended resource requested per pod. Default: the product's vendor's (nvidia.com/gpu, amd.com/gpu); nvidia.com/gpu when no product is named.", max_length=253)
 
 
 class ResourcesSpec(SpecModel):
@@ -157,9 +166,7 @@ class ParallelismSpec(SpecModel):
     @field_validator("tensor_parallel_size", "pipeline_parallel_size")
     @classmethod
     def _positive(cls, value: IntOrAuto) -> IntOrAuto:
-        if value != "auto" and value < 1:
-            raise ValueError("must be 'auto' or an integer >= 1")
-        return value
+        return check_int_or_auto(value)
 
 
 KvCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"]
@@ -227,7 +234,8 @@ class SpeculativeDeploymentSpec(SpecModel):
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec, description="Tensor and pipeline parallelism of the target.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="Serving limits that size the KV cache.")
     replicas: int = Field(1, ge=0, le=1000, description="Number of serving replicas (each may span several nodes).")
-    image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`.", max_length=512)
+    image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`. Its release tag (v0.33.0, 0.33.0, v0.33.0-cu130) decides which vLLM release's rules judge the spec, unless vllmVersion is set.", max_length=512)
+    vllm_version: str | None = Field(None, description="The vLLM release the image runs (e.g. 0.33.0), for images whose tag is not a release tag (latest, nightly, a digest, a private build). Its rules judge the spec.", pattern=r"^\d+\.\d+\.\d+$", max_length=32)
     vllm: VllmSpec = Field(default_factory=VllmSpec, description="Extra vLLM args and environment.")
     hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Secret holding a Hugging Face token, injected as HF_TOKEN via secretKeyRef only.")
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Volume for the Hugging Face model cache.")

@@ -28,7 +28,7 @@ from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryEr
 from specdeploy.pipeline import ModelInputs, evaluate
 from specdeploy.render import endpoint, render_manifests, selector_string
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
-from specdeploy.validation.findings import Severity
+from specdeploy.findings import VALIDATION_STAGES, Severity
 
 SOURCE_RETRY_DELAY_S = 30.0
 _WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
@@ -117,14 +117,17 @@ class Reconciler:
         # 3. evaluate (validation + plan)
         evaluation = evaluate(spec, target, draft)
         desired["findings"] = [f.to_dict() for f in evaluation.findings]
+        def summary(errors: list) -> str:
+            return f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
+
         errors = [f for f in evaluation.findings if f.severity is Severity.ERROR]
-        if errors:
-            verdicts["Validated"] = Verdict("False", "ValidationFailed", f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""))
+        if not evaluation.validated:
+            verdicts["Validated"] = Verdict("False", "ValidationFailed", summary([f for f in errors if f.stage in VALIDATION_STAGES]))
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "fix the findings first")
             return finish()
-        verdicts["Validated"] = Verdict("True", "Valid", f"{spec.draft.method} draft is compatible with the target")
-        if evaluation.plan is None:
-            verdicts["Planned"] = Verdict("False", "NoFeasiblePlan", "no layout fits; see findings")
+        verdicts["Validated"] = Verdict("True", "Valid", f"{spec.draft.method} draft is compatible with the target (vLLM {evaluation.vllm_version} rules)")
+        if evaluation.plan is None or errors:
+            verdicts["Planned"] = Verdict("False", "NoFeasiblePlan", summary(errors) if errors else "no layout fits; see findings")
             return finish()
         plan = evaluation.plan
         verdicts["Planned"] = Verdict(
@@ -132,7 +135,7 @@ class Reconciler:
             f"tp={plan.tensor_parallel_size} pp={plan.pipeline_parallel_size} draftTp={plan.draft_tensor_parallel_size} "
             f"nodes/replica={plan.nodes_per_replica} gpus/pod={plan.gpus_per_pod}",
         )
-        desired["plan"] = plan.to_dict()
+        desired["plan"] = evaluation.plan_dict()
 
         # 4. render and apply
         children = render_manifests(spec, plan, name=name, namespace=namespace)

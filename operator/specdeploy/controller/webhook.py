@@ -23,7 +23,7 @@ import kopf
 from specdeploy.api.parse import parse_object, parse_spec
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
-from specdeploy.validation.findings import Severity
+from specdeploy.findings import Severity
 
 HANDLER_ID = "validate-speculativedeployment"  # kopf routes POST /<id> to this handler
 PORT_ENV = "SPECDEPLOY_WEBHOOK_PORT"

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from specdeploy.vllm.hf_config import config_value as _get
+
 LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
 DEFAULT_MAX_LEN = 2048
 # RoPE types whose factor is already part of max_position_embeddings.
 FACTOR_INCLUDED = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
 LAYER_TYPE_KEYS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "linear_attention", "attention"})
-
-
-def _get(obj: Any, key: str) -> Any:
-    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
 
 
 def _rope_parameters(config: Any) -> list[dict[str, Any]]:

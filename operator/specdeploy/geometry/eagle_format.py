@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specdeploy.vllm.drafts import eagle_architectures
+
 
 def is_eagle_format(raw: dict[str, Any]) -> bool:
     return raw.get("model_type") == "eagle" and isinstance(raw.get("model"), dict)
@@ -19,5 +21,5 @@ def eagle_text_config(raw: dict[str, Any]) -> dict[str, Any]:
     for key, value in raw.items():
         if key not in ("model", "architectures", "model_type") and key in inner:
             inner[key] = value  # EAGLEConfig sets its own kwargs on the inner config
-    inner["architectures"] = [a if a.startswith("Eagle") else f"Eagle{a}" for a in inner.get("architectures") or []]
+    inner["architectures"] = eagle_architectures("eagle", inner.get("architectures") or [])
     return inner

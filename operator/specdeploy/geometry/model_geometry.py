@@ -10,14 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import CONFIG_MAPPING, PretrainedConfig
+from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
 from specdeploy.geometry.context_length import LENGTH_KEYS, derived_max_model_len
 from specdeploy.geometry.eagle_format import eagle_text_config, is_eagle_format
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
-from specdeploy.geometry.mtp import MtpModule, mtp_module
 from specdeploy.geometry.speculators import is_speculators_config, speculators_text_config
-from specdeploy.validation import vllm_support
-from specdeploy.validation.findings import Finding, error
+from specdeploy.findings import Finding, error
+from specdeploy.vllm import VllmFacts
+from specdeploy.vllm.hf_config import config_value as _get, first_value as _first
+from specdeploy.vllm.mtp import MtpModule, mtp_module
 
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
 _EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
@@ -94,20 +96,6 @@ class Geometry:
         return self.num_experts > 0
 
 
-def _first(obj: Any, keys: tuple[str, ...], default: Any = None) -> Any:
-    for key in keys:
-        value = _get(obj, key)
-        if value is not None:
-            return value
-    return default
-
-
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
-
-
 def parse_config(raw: dict[str, Any]) -> PretrainedConfig | dict[str, Any]:
     """Parse with the class vLLM's loader would use, so its validators run as they will
     in the pod. Types neither we nor transformers know stay a plain dict (vLLM would need
@@ -167,8 +155,19 @@ def _dtype(config: Any, text: Any) -> str:
     return str(value).replace("torch.", "") if value else "bfloat16"
 
 
-def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | None, list[Finding]]:
-    """Geometry of one config.json; findings name `field_prefix`.<key> for what is wrong."""
+def _architectures(config: Any, text: Any, model_type: str) -> tuple[str, ...]:
+    """As vLLM names them: a config without `architectures` gets transformers' base model class
+    for its model_type (vllm/transformers_utils/config.py get_config)."""
+    named = _get(config, "architectures") or _get(text, "architectures")
+    if named:
+        return tuple(named)
+    base = MODEL_MAPPING_NAMES.get(model_type)
+    return (base,) if isinstance(base, str) else ()
+
+
+def read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> tuple[Geometry | None, list[Finding]]:
+    """Geometry of one config.json as `facts`' vLLM release reads it; findings (stage `config`)
+    name `field_prefix`.<key> for what is wrong."""
     if not isinstance(raw, dict):
         return None, [error("config-not-object", field_prefix, "config.json must be a JSON object")]
     # Wrapper formats vLLM unwraps itself; their architectures are final (no EAGLE re-wrap).
@@ -198,7 +197,7 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
     hidden = int(_first(text, ("hidden_size", "n_embd", "d_model", "emb_dim"), 0) or 0)
     kv_lora = _get(text, "kv_lora_rank")
     # vLLM decides MLA by model_type + kv_lora_rank (`is_deepseek_mla`), never by hidden/heads.
-    uses_mla = vllm_support.is_mla_model_type(text_model_type) and kv_lora is not None
+    uses_mla = facts.is_mla_model_type(text_model_type) and kv_lora is not None
     rope = _get(text, "qk_rope_head_dim")
     explicit_head_dim = _get(text, "head_dim")
     if explicit_head_dim is not None and explicit_head_dim > 0:
@@ -236,7 +235,7 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
     geometry = Geometry(
         model_type=wrapper or model_type,
         text_model_type=text_model_type,
-        architectures=tuple(_get(config, "architectures") or _get(text, "architectures") or ()),
+        architectures=_architectures(config, text, model_type),
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
@@ -258,7 +257,7 @@ def read_geometry(raw: dict[str, Any], field_prefix: str) -> tuple[Geometry | No
         block_size=block_size,
         n_predict=n_predict,
         num_nextn_predict_layers=_get(text, "num_nextn_predict_layers"),
-        mtp=mtp_module(config, text),
+        mtp=mtp_module(config, text, facts),
         kv_lora_rank=kv_lora,
         q_lora_rank=_get(text, "q_lora_rank"),
         qk_nope_head_dim=_get(text, "qk_nope_head_dim"),

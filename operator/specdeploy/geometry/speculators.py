@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from specdeploy.vllm.drafts import SPECULATORS_DSPARK_ARCHITECTURES
+
 EAGLE3_ARCHITECTURES = {"qwen3": "Eagle3Qwen3ForCausalLM", "llama": "Eagle3LlamaForCausalLM"}
 PEAGLE_ARCHITECTURES = {"qwen3": "PeagleQwen3ForCausalLM", "llama": "PeagleLlamaForCausalLM"}
-DSPARK_ARCHITECTURES = ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")
 SUPPORTED_TYPES = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
 
 
@@ -40,7 +41,7 @@ def speculators_text_config(raw: dict[str, Any]) -> dict[str, Any]:
     elif kind == "dflash2":
         text["architectures"] = ["DFlash2DraftModel"]
     else:
-        chosen = [a for a in raw.get("architectures") or [] if a in DSPARK_ARCHITECTURES]
+        chosen = [a for a in raw.get("architectures") or [] if a in SPECULATORS_DSPARK_ARCHITECTURES]
         text["architectures"] = chosen or ["Qwen3DSparkModel"]
     if raw.get("draft_vocab_size") is not None:
         text["draft_vocab_size"] = raw["draft_vocab_size"]

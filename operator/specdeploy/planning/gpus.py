@@ -44,6 +44,16 @@ def _aliases() -> dict[str, GpuProduct]:
 
 
 ALIASES = _aliases()
+# The extended resource each vendor's device plugin advertises.
+RESOURCE_NAMES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
+DEFAULT_RESOURCE_NAME = RESOURCE_NAMES["nvidia"]
+
+
+def resource_name(explicit: str | None, product: GpuProduct | None) -> str:
+    """`resources.gpu.resourceName`, else the product's vendor's, else nvidia.com/gpu."""
+    if explicit:
+        return explicit
+    return RESOURCE_NAMES[product.vendor] if product is not None else DEFAULT_RESOURCE_NAME
 
 
 class UnknownGpuError(ValueError):

@@ -91,11 +91,12 @@ class Plan:
     pipeline_parallel_size: int
     nodes_per_replica: int
     gpus_per_pod: int
+    gpu_resource_name: str  # the extended resource each pod requests gpus_per_pod of
     max_model_len: int | None
     target: ModelLayout
     draft: ModelLayout | None
     memory: MemoryEstimate | None
-    speculative_config: dict[str, Any]
+    vllm_version: str  # the release whose rules judged the pair (and whose CLI the args are for)
     candidates: tuple[Candidate, ...] = ()
     decisions: tuple[str, ...] = field(default=())
 
@@ -109,6 +110,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "vllmVersion": self.vllm_version,
             "method": self.method,
             "numSpeculativeTokens": self.num_speculative_tokens,
             "tensorParallelSize": self.tensor_parallel_size,
@@ -117,11 +119,11 @@ class Plan:
             "nodesPerReplica": self.nodes_per_replica,
             "gpusPerPod": self.gpus_per_pod,
             "gpusPerReplica": self.gpus_per_replica,
+            "gpuResourceName": self.gpu_resource_name,
             "maxModelLen": self.max_model_len,
             "target": self.target.to_dict(),
             "draft": self.draft.to_dict() if self.draft else None,
             "memory": self.memory.to_dict() if self.memory else None,
-            "speculativeConfig": self.speculative_config,
             "candidates": [c.to_dict() for c in self.candidates],
             "decisions": list(self.decisions),
         }

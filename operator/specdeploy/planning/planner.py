@@ -7,11 +7,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.api.spec import TARGET_AS_DRAFT_METHODS, SpeculativeDeploymentSpec
-from specdeploy.geometry import Geometry, read_geometry
-from specdeploy.geometry.drafts import vllm_draft_config
-from specdeploy.pipeline import Evaluation, ModelInputs
-from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
+from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.findings import Finding, Severity, Stage, error, has_errors, info
+from specdeploy.geometry import Geometry, ModelInputs, Models
+from specdeploy.planning.gpus import GpuProduct, UnknownGpuError, lookup_gpu, resource_name
 from specdeploy.planning.memory import (
     GIB,
     activation_reserve_gib,
@@ -20,41 +19,50 @@ from specdeploy.planning.memory import (
     state_bytes_per_sequence,
 )
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
-from specdeploy.validation.findings import Finding, Severity, error, has_errors, info
-from specdeploy.validation.rules import (
-    DRAFT_TP_FIELD,
-    check_layout,
-    check_model_tp,
-    check_pair,
-    resolve_num_speculative_tokens,
-)
-from specdeploy.validation.methods import NO_PIPELINE_PARALLEL
+from specdeploy.validation.rules import DRAFT_TP_FIELD, check_layout, check_model_tp
+from specdeploy.vllm import VllmFacts
+from specdeploy.validation.speculative_tokens import draft_n_predict
+from specdeploy.vllm.drafts import DRAFT_KV_FREE_METHODS, NO_PIPELINE_PARALLEL
 
 MAX_NODES_PER_REPLICA = 16
 MAX_PIPELINE_PARALLEL = 16
-DRAFT_KV_FREE_METHODS = frozenset({"medusa", "mlp_speculator", "ngram", "suffix"})
 
 
 @dataclass(frozen=True)
-class _Models:
+class _Sized:
+    """The pair with the weight bytes each GPU group must hold."""
+
     target: Geometry
     draft: Geometry | None  # for mtp: the target itself (its MTP layers draft)
+    models: Models
     target_weight_bytes: int
     draft_weight_bytes: int
     weights_source: str
 
 
+def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, list[Finding]]:
+    """The catalog entry `resources.gpu.product` names; a name not in the catalog is an error
+    even when memoryGiB is given (a typo there would otherwise go unnoticed)."""
+    product = spec.resources.gpu.product
+    if product is None:
+        return None, []
+    try:
+        return lookup_gpu(product), []
+    except UnknownGpuError as exc:
+        return None, [error("gpu-unknown", "spec.resources.gpu.product", str(exc), Stage.PLAN)]
+
+
 def _gpu_memory_gib(spec: SpeculativeDeploymentSpec) -> tuple[float | None, list[Finding]]:
     gpu = spec.resources.gpu
+    product, findings = gpu_product(spec)
     if gpu.memory_gi_b is not None:
-        return gpu.memory_gi_b, []
-    if gpu.product is None:
-        return None, [info("memory-not-checked", "spec.resources.gpu",
-                           "no GPU product or memoryGiB given: the memory fit is not checked")]
-    try:
-        return lookup_gpu(gpu.product).memory_gib, []
-    except UnknownGpuError as exc:
-        return None, [error("gpu-unknown", "spec.resources.gpu.product", str(exc))]
+        return gpu.memory_gi_b, findings
+    if product is not None:
+        return product.memory_gib, findings
+    if not findings:
+        findings = [info("memory-not-checked", "spec.resources.gpu",
+                         "no GPU product or memoryGiB given: the memory fit is not checked", Stage.PLAN)]
+    return None, findings
 
 
 def _weights(spec: SpeculativeDeploymentSpec, target: Geometry, target_in: ModelInputs,
@@ -89,11 +97,11 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
 
 def _draft_kv_layers(method: str, draft: Geometry) -> int:
     if method == "mtp":
-        return (draft.mtp.n_predict if draft.mtp else None) or 1
+        return draft_n_predict(method, draft) or 1
     return draft.num_kv_cache_layers
 
 
-def _memory(spec: SpeculativeDeploymentSpec, models: _Models, gpu_gib: float,
+def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
             tp: int, draft_tp: int | None, pp: int, max_model_len: int) -> MemoryEstimate:
     method, kv_dtype = spec.draft.method, spec.serving.kv_cache_dtype
     per_token = kv_bytes_per_token(models.target, tp, pp, kv_dtype)
@@ -163,38 +171,6 @@ def _draft_tp(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int) 
                     f"draft has {draft.num_attention_heads} attention heads ({draft.num_kv_heads} KV), which tensor parallel size {tp} does not divide: the draft runs at TP 1")]
 
 
-def _speculative_config(spec: SpeculativeDeploymentSpec, k: int, draft_tp: int | None) -> dict[str, Any]:
-    draft = spec.draft
-    config: dict[str, Any] = {"method": draft.method, "num_speculative_tokens": k}
-    if draft.has_own_checkpoint:
-        config["model"] = draft.model
-    if draft.revision:
-        config["revision"] = draft.revision
-    if draft_tp is not None:
-        config["draft_tensor_parallel_size"] = draft_tp
-    return {**draft.speculative_config, **config}
-
-
-def _read_models(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_in: ModelInputs | None) -> tuple[_Models | None, list[Finding]]:
-    target, findings = read_geometry(target_in.config, "spec.target.config")
-    method = spec.draft.method
-    draft: Geometry | None = None
-    if method in TARGET_AS_DRAFT_METHODS and not spec.draft.model:
-        draft = target
-    elif spec.draft.has_own_checkpoint:
-        if draft_in is None:
-            findings.append(error("draft-config-missing", "spec.draft.config",
-                                  f"method {method} needs the draft's config.json (draft.config, draft.configMapRef, or a reachable draft.model)"))
-        else:
-            draft_config = vllm_draft_config(method, draft_in.config, target.vocab_size) if target else draft_in.config
-            draft, draft_findings = read_geometry(draft_config, "spec.draft.config")
-            findings += draft_findings
-    if target is None or has_errors(findings):
-        return None, findings
-    target_bytes, draft_bytes, source = _weights(spec, target, target_in, draft, draft_in)
-    return _Models(target, draft, target_bytes, draft_bytes, source), findings
-
-
 @dataclass(frozen=True)
 class _Layout:
     """One valid candidate: what the plan is built from."""
@@ -208,31 +184,32 @@ class _Layout:
     findings: tuple[Finding, ...]
 
 
-def _try_layout(spec: SpeculativeDeploymentSpec, models: _Models, tp: int, pp: int, gpu_gib: float | None,
-                max_model_len: int) -> tuple[Candidate, _Layout | None, list[Finding]]:
+def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: int, gpu_gib: float | None,
+                max_model_len: int, facts: VllmFacts) -> tuple[Candidate, _Layout | None, list[Finding]]:
     """Judge one (tp, pp): the candidate record, the layout if it is usable, and the
     findings that rule it out (reported when no candidate is left)."""
     per_node = spec.resources.gpu.per_node
     draft_tp, draft_tp_findings = _draft_tp(spec, models.draft, tp)
-    findings = check_layout(spec, models.target, models.draft, tp, draft_tp, pp)
+    findings = check_layout(spec, models.models, tp, draft_tp, pp, facts)
     split = _nodes(tp, pp, per_node)
     if split is None:
         findings.append(error("layout-node-split", "spec.resources.gpu.perNode",
-                              f"TP {tp} x PP {pp} = {tp * pp} GPUs cannot be split over nodes of {per_node} GPUs with every tensor-parallel group inside a node or spanning whole nodes"))
+                              f"TP {tp} x PP {pp} = {tp * pp} GPUs cannot be split over nodes of {per_node} GPUs with every tensor-parallel group inside a node or spanning whole nodes", Stage.PLAN))
     if has_errors(findings):
         reason = "; ".join(f.message for f in findings if f.severity is Severity.ERROR)
         return Candidate(tp, pp, False, reason), None, findings
     memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len) if gpu_gib else None
     if memory is not None and not memory.fits:
         blocking = error("memory-does-not-fit", "spec.resources.gpu",
-                         f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences")
+                         f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences",
+                         Stage.PLAN)
         return Candidate(tp, pp, False, f"needs {memory.required_gib:.1f} GiB per GPU, budget {memory.budget_gib:.1f} GiB"), None, [blocking]
     reason = "smallest valid layout that fits" if memory else "smallest valid layout (memory not checked)"
     nodes, gpus_per_pod = split  # type: ignore[misc]
     return Candidate(tp, pp, True, reason), _Layout(tp, draft_tp, pp, nodes, gpus_per_pod, memory, tuple(findings + draft_tp_findings)), []
 
 
-def _decisions(models: _Models, layout: _Layout, per_node: int) -> tuple[str, ...]:
+def _decisions(models: _Sized, layout: _Layout, per_node: int) -> tuple[str, ...]:
     target, draft = models.target, models.draft
     decisions = [f"tensor parallel {layout.tp}: {target.num_attention_heads} target heads -> {target.num_attention_heads // layout.tp} per GPU"]
     if draft is not None and layout.draft_tp is not None:
@@ -242,42 +219,45 @@ def _decisions(models: _Models, layout: _Layout, per_node: int) -> tuple[str, ..
     return tuple(decisions)
 
 
-def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_in: ModelInputs | None) -> Evaluation:
-    """Validate the pair, then try layouts in preference order and keep the first that
-    is valid and fits; the plan lists every candidate and why it lost."""
-    models, findings = _read_models(spec, target_in, draft_in)
-    if models is None:
-        return Evaluation(tuple(findings), None)
-    target = models.target
-    findings += check_pair(spec, target, models.draft)
-    k, k_findings = resolve_num_speculative_tokens(spec, models.draft)
-    findings += k_findings
-    gpu_gib, gpu_findings = _gpu_memory_gib(spec)
-    findings += gpu_findings
-    pair_failed = k is None or has_errors(findings)
+def layout_findings(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
+    """vLLM's layout rules alone (no memory, no plan), for a pair that already failed: so that a
+    user sees every reason at once, e.g. a draft vocab mismatch and a TP the heads refuse."""
+    sized = _Sized(models.target, models.draft, models, 0, 0, "")
+    blocking: list[Finding] = []
+    for tp, pp in _candidate_layouts(spec, models.target):
+        _, layout, blocking = _try_layout(spec, sized, tp, pp, None, 0, facts)
+        if layout is not None:
+            return list(layout.findings)
+    return [f for f in blocking if f.stage is Stage.PAIR]
 
+
+def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_in: ModelInputs,
+                draft_in: ModelInputs | None, facts: VllmFacts) -> tuple[Plan | None, list[Finding]]:
+    """Try layouts in preference order and keep the first that is valid and fits; the plan lists
+    every candidate and why it lost. Findings of vLLM's layout rules keep stage `pair` (an
+    explicit TP vLLM refuses is a validation error); the search's own are stage `plan`."""
+    target, draft = models.target, models.draft
+    target_bytes, draft_bytes, source = _weights(spec, target, target_in, draft, draft_in)
+    sized = _Sized(target, draft, models, target_bytes, draft_bytes, source)
+    gpu_gib, findings = _gpu_memory_gib(spec)
+    if has_errors(findings):
+        return None, findings
     max_model_len = spec.serving.max_model_len or target.derived_max_model_len
     candidates: list[Candidate] = []
     chosen: _Layout | None = None
     blocking: list[Finding] = []
     for tp, pp in _candidate_layouts(spec, target):
-        # An invalid pair still gets its layout findings (all reasons at once), never a plan.
-        candidate, layout, blocking = _try_layout(spec, models, tp, pp, None if pair_failed else gpu_gib, max_model_len)
-        if layout is not None and pair_failed:
-            blocking = list(layout.findings)
-            break
+        candidate, layout, blocking = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, facts)
         candidates.append(candidate)
         if layout is not None:
             chosen = layout
             break
-
-    if chosen is None or k is None:
-        if not pair_failed and len(candidates) > 1:
+    if chosen is None:
+        if len(candidates) > 1:
             findings.append(error("no-layout", "spec.parallelism",
-                                  f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6])))
-        return Evaluation(tuple(findings + blocking), None)
-
-    findings += chosen.findings
+                                  f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6]),
+                                  Stage.PLAN))
+        return None, findings + blocking
     plan = Plan(
         method=spec.draft.method,
         num_speculative_tokens=k,
@@ -286,12 +266,13 @@ def plan_deployment(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, dra
         pipeline_parallel_size=chosen.pp,
         nodes_per_replica=chosen.nodes,
         gpus_per_pod=chosen.gpus_per_pod,
+        gpu_resource_name=resource_name(spec.resources.gpu.resource_name, gpu_product(spec)[0]),
         max_model_len=max_model_len or None,
         target=_layout(target, chosen.tp),
-        draft=_layout(models.draft, chosen.draft_tp or chosen.tp) if models.draft is not None else None,
+        draft=_layout(draft, chosen.draft_tp or chosen.tp) if draft is not None else None,
         memory=chosen.memory,
-        speculative_config=_speculative_config(spec, k, chosen.draft_tp),
+        vllm_version=facts.version,
         candidates=tuple(candidates),
-        decisions=_decisions(models, chosen, spec.resources.gpu.per_node),
+        decisions=_decisions(sized, chosen, spec.resources.gpu.per_node),
     )
-    return Evaluation(tuple(findings), plan)
+    return plan, findings + list(chosen.findings)

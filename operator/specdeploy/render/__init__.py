@@ -21,19 +21,18 @@ from specdeploy.render.labels import (
     workload_name,
 )
 from specdeploy.render.network import pod_disruption_budget, service
-from specdeploy.render.owned_flags import OWNED_FLAGS, extra_args_findings
 from specdeploy.render.pod import vllm_args
+from specdeploy.render.speculative_config import speculative_config
 from specdeploy.render.workloads import workload
 
 __all__ = [
-    "OWNED_FLAGS",
     "PLAN_HASH_ANNOTATION",
     "endpoint",
-    "extra_args_findings",
     "plan_hash",
     "render_manifests",
     "selector_string",
     "service_name",
+    "speculative_config",
     "vllm_args",
     "workload_name",
 ]

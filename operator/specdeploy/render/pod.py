@@ -7,12 +7,12 @@ the launcher flags (`NodeRole`), so one builder serves the Deployment and both L
 from __future__ import annotations
 
 import enum
-import json
 from typing import Any
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.planning.plan import Plan
 from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, labels
+from specdeploy.render.speculative_config import speculative_config_arg
 
 HF_HOME = "/root/.cache/huggingface"
 MASTER_PORT = 29500
@@ -29,11 +29,6 @@ class NodeRole(enum.Enum):
     WORKER = "worker"  # LWS ranks > 0: --headless
 
 
-def speculative_config_arg(plan: Plan) -> str:
-    """One JSON arg, canonical so equal plans render byte-equal args."""
-    return json.dumps(plan.speculative_config, sort_keys=True, separators=(",", ":"))
-
-
 def vllm_args(spec: SpeculativeDeploymentSpec, plan: Plan, role: NodeRole = NodeRole.SINGLE) -> list[str]:
     """The exec list after the image's `vllm serve` entrypoint: the model comes first."""
     target = spec.target
@@ -44,7 +39,7 @@ def vllm_args(spec: SpeculativeDeploymentSpec, plan: Plan, role: NodeRole = Node
         "--tensor-parallel-size", str(plan.tensor_parallel_size),
         "--pipeline-parallel-size", str(plan.pipeline_parallel_size),
         "--gpu-memory-utilization", str(spec.serving.gpu_memory_utilization),
-        "--speculative-config", speculative_config_arg(plan),
+        "--speculative-config", speculative_config_arg(spec, plan),
     ]
     if plan.max_model_len is not None:
         args += ["--max-model-len", str(plan.max_model_len)]
@@ -96,7 +91,7 @@ def _probe(period: int, failures: int, timeout: int) -> dict[str, Any]:
 
 
 def _container(spec: SpeculativeDeploymentSpec, plan: Plan, role: NodeRole) -> dict[str, Any]:
-    gpus = {spec.resources.gpu.resource_name: str(plan.gpus_per_pod)}
+    gpus = {plan.gpu_resource_name: str(plan.gpus_per_pod)}
     container: dict[str, Any] = {
         "name": "vllm",
         "image": spec.image,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from specdeploy.api.spec import DraftSpec, ModelSource
-from specdeploy.pipeline import ModelInputs
+from specdeploy.geometry import ModelInputs
 from specdeploy.sources.errors import SourceError, SourceInvalid
 from specdeploy.sources.hub import read_hub
 from specdeploy.sources.local import parse_config_text, read_local

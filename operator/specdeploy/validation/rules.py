@@ -1,66 +1,46 @@
-"""Draft-vs-target rules, each restating one vLLM 0.32.0 check (file cited per rule).
+"""Draft-vs-target rules, each restating one vLLM check (file cited per rule), judged with the
+facts of the release that will run (`VllmFacts`).
 
 Two kinds: `check_pair` (independent of the parallel layout) and `check_layout`
 (one TP/draft-TP/PP candidate). Both return every finding, never stop at the first."""
 
 from __future__ import annotations
 
-from specdeploy.api.spec import TARGET_AS_DRAFT_METHODS, SpeculativeDeploymentSpec
-from specdeploy.geometry import Geometry
-from specdeploy.validation import vllm_support
-from specdeploy.validation.findings import Finding, error, info, warning
-from specdeploy.validation.passthrough import FIELD as PASSTHROUGH_FIELD, check_speculative_passthrough
-from specdeploy.validation.methods import (
+from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.findings import Finding, error, info, warning
+from specdeploy.geometry import Geometry, Models
+from specdeploy.validation.speculative_config import FIELD as PASSTHROUGH_FIELD
+from specdeploy.vllm import VllmFacts
+from specdeploy.vllm.drafts import (
     DSPARK_ARCHITECTURES,
     IN_CHECKPOINT_DSPARK_TARGETS,
     NO_PIPELINE_PARALLEL,
-    default_num_speculative_tokens,
-    effective_draft_architectures,
+    draft_architectures,
 )
 
 TP_FIELD = "spec.parallelism.tensorParallelSize"
 PP_FIELD = "spec.parallelism.pipelineParallelSize"
 DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
-K_FIELD = "spec.draft.numSpeculativeTokens"
 
 def divisors_note(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-def resolve_num_speculative_tokens(spec: SpeculativeDeploymentSpec, draft: Geometry | None) -> tuple[int | None, list[Finding]]:
-    """k as vLLM will settle it (SpeculativeConfig.__post_init__ / _verify_args)."""
-    method, k = spec.draft.method, spec.draft.num_speculative_tokens
-    if method == "suffix" and k is None:
-        depth = spec.draft.speculative_config.get("suffix_decoding_max_tree_depth", 24)
-        return int(depth), [info("k-default", K_FIELD, f"suffix decoding defaults k to its tree depth ({depth})")]
-    default = default_num_speculative_tokens(method, draft)
-    findings: list[Finding] = []
-    if k is None and method in TARGET_AS_DRAFT_METHODS and not spec.draft.model:
-        # SpeculativeConfig.__post_init__ makes the target its own draft only when k is set;
-        # without k and a draft model there is no draft config to default from.
-        return None, [error("k-required", K_FIELD,
-                            f"numSpeculativeTokens is required for {method} without draft.model: vLLM drafts from the target checkpoint only when k is set")]
-    if k is None:
-        if default is None or default <= 0:
-            source = "block_size" if method == "dspark" else "n_predict"
-            return None, [error("k-required", K_FIELD,
-                                f"numSpeculativeTokens is required: the {method} draft config has no {source} to default from; set an integer >= 1")]
-        findings.append(info("k-default", K_FIELD, f"numSpeculativeTokens defaults to {default} from the draft config"))
-        return default, findings
-    n_predict = draft.n_predict if draft is not None and method not in ("dspark", "mtp") else None
-    if method == "mtp" and draft is not None and draft.mtp is not None:
-        n_predict = draft.mtp.n_predict
-    if n_predict and k > n_predict and k % n_predict != 0:
-        findings.append(error("k-not-multiple-of-n-predict", K_FIELD,
-                              f"numSpeculativeTokens {k} exceeds the draft's n_predict {n_predict} and must then be a multiple of it (vLLM reuses the {n_predict} prediction heads)"))
-    return k, findings
+def _check_method(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> list[Finding]:
+    # SpeculativeConfig.method is a Literal of the release's methods (config/speculative.py).
+    if spec.draft.method in facts.speculative_methods:
+        return []
+    return [error("method-unsupported", "spec.draft.method",
+                  f"vLLM {facts.version} has no speculative method {spec.draft.method!r} (the pod would exit at start-up); "
+                  f"choose another method or a vLLM release that has it (set spec.image or spec.vllmVersion)")]
 
 
-def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
+def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None,
+                         facts: VllmFacts) -> list[Finding]:
     findings = []
-    if not vllm_support.any_supported(target.architectures):
+    if not facts.any_supported(target.architectures):
         findings.append(error("target-architecture-unsupported", "spec.target.config.architectures",
-                              f"vLLM {vllm_support.VLLM_VERSION} has no model class for {list(target.architectures) or 'a config without architectures'}"))
+                              f"vLLM {facts.version} has no model class for {list(target.architectures) or 'a config without architectures'}"))
     method = spec.draft.method
     if method == "mtp":
         # SpeculativeConfig.hf_config_override + __post_init__ (vllm/config/speculative.py).
@@ -70,19 +50,19 @@ def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draf
                                   f"vLLM has no MTP module for a {target.model_type or 'config without model_type'} target ({list(target.architectures)}); use eagle3, draft_model or ngram"))
         elif module.refusal:
             findings.append(error("mtp-unsupported-target", "spec.draft.method", module.refusal))
-        elif not vllm_support.is_supported_architecture(module.architecture):
+        elif not facts.is_supported_architecture(module.architecture):
             findings.append(error("mtp-unsupported-target", "spec.draft.method",
-                                  f"vLLM {vllm_support.VLLM_VERSION} has no {module.architecture} model class for this target's MTP layers"))
+                                  f"vLLM {facts.version} has no {module.architecture} model class for this target's MTP layers"))
         elif module.n_predict == 0:
             findings.append(error("mtp-no-layers", "spec.draft.method",
                                   "the target config declares 0 MTP layers: the checkpoint ships no MTP weights"))
         return findings
     if draft is None:
         return findings
-    archs = effective_draft_architectures(method, draft)
-    if not vllm_support.any_supported(archs):
+    archs = draft_architectures(method, draft.model_type, draft.architectures)
+    if not facts.any_supported(archs):
         findings.append(error("draft-architecture-unsupported", "spec.draft.config.architectures",
-                              f"vLLM {vllm_support.VLLM_VERSION} cannot load draft architecture {archs} for method {method}"))
+                              f"vLLM {facts.version} cannot load draft architecture {archs} for method {method}"))
     elif method == "dspark" and not set(archs) & DSPARK_ARCHITECTURES and target.model_type not in IN_CHECKPOINT_DSPARK_TARGETS:
         # vLLM accepts this config and loads the draft as DeepSeek-V4's in-checkpoint DSpark
         # head (DSparkDraftModel), which only a DeepSeek-V4 checkpoint carries.
@@ -123,9 +103,9 @@ def _check_draft_max_model_len(spec: SpeculativeDeploymentSpec, target: Geometry
     wanted = spec.draft.speculative_config.get("max_model_len")
     if wanted is None or draft is None:
         return []
-    field = f"{PASSTHROUGH_FIELD}.max_model_len"
     if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 1:
-        return [error("speculative-max-model-len", field, f"max_model_len must be an integer >= 1, got {wanted!r}")]
+        return []  # a type or bound error, which check_speculative_config reports
+    field = f"{PASSTHROUGH_FIELD}.max_model_len"
     target_len = spec.serving.max_model_len or target.derived_max_model_len
     limit = min(draft.derived_max_model_len, target_len)
     if wanted > limit:
@@ -134,10 +114,11 @@ def _check_draft_max_model_len(spec: SpeculativeDeploymentSpec, target: Geometry
     return []
 
 
-def check_pair(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
-    """Rules that hold for every parallel layout."""
-    findings = check_speculative_passthrough(spec)
-    findings += _check_architectures(spec, target, draft)
+def check_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
+    """Rules that hold for every parallel layout and every k."""
+    target, draft = models.target, models.draft
+    findings = _check_method(spec, facts)
+    findings += _check_architectures(spec, target, draft, facts)
     findings += _check_vocab(spec, target, draft)
     findings += _check_max_model_len(spec, target)
     findings += _check_draft_max_model_len(spec, target, draft)
@@ -171,10 +152,10 @@ def check_model_tp(model: Geometry, tp: int, who: str, field: str) -> list[Findi
     return findings
 
 
-def check_layout(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None,
-                 tp: int, draft_tp: int | None, pp: int) -> list[Finding]:
+def check_layout(spec: SpeculativeDeploymentSpec, models: Models, tp: int, draft_tp: int | None, pp: int,
+                 facts: VllmFacts) -> list[Finding]:
     """Rules for one TP / draft-TP / PP choice."""
-    method = spec.draft.method
+    method, target, draft = spec.draft.method, models.target, models.draft
     findings = check_model_tp(target, tp, "target", TP_FIELD)
     if draft is not None and draft_tp is not None:
         # SpeculativeConfig._verify_and_get_draft_tp: 1 or exactly the target's TP.
@@ -187,7 +168,7 @@ def check_layout(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geome
         if method in NO_PIPELINE_PARALLEL:
             findings.append(error("pipeline-parallel-method", PP_FIELD,
                                   f"method {method} does not support pipeline parallelism (vLLM runs the draft at PP 1 and {method} shares target weights); use pipelineParallelSize 1 and more tensor parallelism"))
-        if not any(vllm_support.supports_pipeline_parallel(a) for a in target.architectures):
+        if not any(facts.supports_pipeline_parallel(a) for a in target.architectures):
             findings.append(error("pipeline-parallel-architecture", PP_FIELD,
                                   f"target architecture {list(target.architectures)} does not implement pipeline parallelism in vLLM"))
         if pp > target.num_layers:

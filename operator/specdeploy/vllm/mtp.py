@@ -1,17 +1,19 @@
 """Which MTP module vLLM builds from a target, and how many layers it predicts.
 
-Restates SpeculativeConfig.hf_config_override (vllm/config/speculative.py, vLLM 0.32.0):
+Restates SpeculativeConfig.hf_config_override (vllm/config/speculative.py, 0.32.0 and 0.33.0):
 each family maps to an MTP model_type and architecture, with `n_predict` read from its own
 field (`num_nextn_predict_layers`, `mtp_num_hidden_layers`, `num_mtp_modules`), some with a
 default of 1 and MiMo-V2 with a fixed 1. A target no entry matches keeps its own type, which
-vLLM then refuses as "Unsupported speculative method: 'mtp'"."""
+vLLM then refuses as "Unsupported speculative method: 'mtp'". Releases differ only by the
+families they know (0.33.0 adds Step5's `step5_mtp`), which their MTPModelTypes list says."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-Getter = Callable[[Any, str], Any]
+from specdeploy.vllm.facts import VllmFacts
+from specdeploy.vllm.hf_config import config_value as _get
 
 
 @dataclass(frozen=True)
@@ -22,17 +24,13 @@ class MtpModule:
     refusal: str | None = None  # vLLM refuses this target for MTP, and why
 
 
-def _get(obj: Any, key: str) -> Any:
-    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
-
-
 def _nextn(obj: Any, default: int | None = None) -> int | None:
     value = _get(obj, "num_nextn_predict_layers")
     return default if value is None else value
 
 
-# (matches, MTP model_type, architecture, n_predict) in the order vLLM tests them.
-def mtp_module(config: Any, text: Any) -> MtpModule | None:
+def mtp_module(config: Any, text: Any, facts: VllmFacts) -> MtpModule | None:
+    """The MTP module `facts`' release builds from this target, testing families in vLLM's order."""
     model_type = str(_get(config, "model_type") or "")
     architectures = list(_get(config, "architectures") or [])
     arch = architectures[0] if architectures else ""
@@ -93,6 +91,10 @@ def mtp_module(config: Any, text: Any) -> MtpModule | None:
         return MtpModule("qwen3_5_mtp", target, _get(text, "mtp_num_hidden_layers"))
     if model_type == "longcat_flash":
         return MtpModule("longcat_flash_mtp", "LongCatFlashMTPModel", _nextn(config, 1))
+    if "step5_mtp" in facts.mtp_model_types and (
+            model_type in ("step5", "step5_vl") or {"Step5ForCausalLM", "Step5ForConditionalGeneration"} & set(architectures)):
+        # 0.33.0: Step5's own draft module; n_predict from its text config, default 1.
+        return MtpModule("step5_mtp", "Step5MTP", _nextn(text, 1))
     if model_type in ("step3p5", "step3p7") or arch in ("Step3p5ForCausalLM", "Step3p7ForConditionalGeneration"):
         return MtpModule("step3p5_mtp", "Step3p5MTP", _nextn(text, 1))
     if model_type in ("hy_v3", "hy_v4"):

@@ -1,0 +1,103 @@
+"""`spec.vllm.extraArgs` judged by the judging release's own server CLI (`vllm serve`'s argparse
+parser, as data in `VllmFacts.server_flags`).
+
+The args are an exec list, one argv element each, appended after the plan's. Each is read the way
+vLLM's FlexibleArgumentParser reads it (vllm/utils/argparse_utils.py: `--a_b` is `--a-b`,
+`--x=v`, `--x.key v` for JSON config flags, unique prefixes of long flags, `-O3`) and then
+argparse's arity rules apply. A flag the plan owns would silently win over the plan (argparse
+keeps the last value), so those are refused too."""
+
+from __future__ import annotations
+
+import re
+
+from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.findings import Finding, Stage, at_stage, error
+from specdeploy.vllm import ServerFlag, VllmFacts
+
+# The flags `render.pod.vllm_args` writes (a test checks the two agree).
+OWNED_FLAGS: frozenset[str] = frozenset({
+    "--model", "--served-model-name", "--tensor-parallel-size", "--pipeline-parallel-size", "--max-model-len",
+    "--gpu-memory-utilization", "--kv-cache-dtype", "--trust-remote-code", "--revision", "--port",
+    "--speculative-config", "--distributed-executor-backend", "--nnodes", "--node-rank", "--master-addr",
+    "--master-port", "--headless",
+})
+_NUMBER = re.compile(r"^-\d+(\.\d*)?$|^-\.\d+$")  # argparse reads these as values, not flags
+
+
+def _field(index: int) -> str:
+    return f"spec.vllm.extraArgs[{index}]"
+
+
+def _lookup(key: str, facts: VllmFacts) -> tuple[ServerFlag | None, str | None]:
+    """The flag `key` names (underscores as dashes, unique long-flag prefixes), or why none."""
+    flags = facts.server_flags
+    if key.startswith("--"):
+        key = "--" + key[2:].replace("_", "-")
+    if key in flags:
+        return flags[key], None
+    if key.startswith("--") and len(key) > 2:
+        matches = {flags[n].name for n in flags if n.startswith(key)}
+        if len(matches) == 1:
+            return flags[matches.pop()], None
+        if matches:
+            return None, f"is ambiguous in vLLM {facts.version}'s CLI (could be {', '.join(sorted(matches))})"
+    return None, f"is not a vLLM {facts.version} server flag (vllm serve --help lists them)"
+
+
+def check_extra_args(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> list[Finding]:
+    """One finding per argument vLLM's CLI would refuse or that overrides the plan."""
+    args, findings = spec.vllm.extra_args, []
+    i = 0
+    while i < len(args):
+        arg, field = args[i], _field(i)
+        i += 1
+        if not arg.startswith("-") or _NUMBER.match(arg) or arg == "-":
+            findings.append(error("extra-arg-unexpected-value", field,
+                                  f"{arg!r} is not a flag and follows no flag that takes a value; vLLM's only positional argument is the model, which the operator sets. Each extra arg is one element: a flag, or the value right after it"))
+            continue
+        key, inline = (arg.split("=", 1) + [None])[:2] if "=" in arg else (arg, None)
+        if re.match(r"^-O\d?$", key) and key != "-O":
+            continue  # -O3: the optimization level, value attached
+        dotted = "." in key
+        base = key.split(".", 1)[0] if dotted else key
+        flag, problem = _lookup(base, facts)
+        if flag is None:
+            findings.append(error("extra-arg-unknown-flag", field, f"{arg!r}: {base} {problem}"))
+            continue
+        if flag.name in OWNED_FLAGS:
+            findings.append(error("extra-arg-owned-by-plan", field,
+                                  f"{arg!r} sets {flag.name}, which the operator derives from the spec and the plan; set the matching spec field instead (e.g. parallelism, serving, draft)"))
+        takes = flag.nargs
+        if dotted:
+            takes = 1  # `--x.key v`: one JSON value for that key
+            if flag.nargs == 0:
+                findings.append(error("extra-arg-unexpected-value", field, f"{arg!r}: {flag.name} is a boolean flag and has no keys"))
+                continue
+        if takes == 0:
+            if inline is not None:
+                findings.append(error("extra-arg-unexpected-value", field, f"{arg!r}: {flag.name} is a boolean flag and takes no value"))
+            elif i < len(args) and not args[i].startswith("-"):
+                findings.append(error("extra-arg-unexpected-value", _field(i),
+                                      f"{args[i]!r} follows the boolean flag {flag.name}, which takes no value (use its --no-/--disable- form to turn it off)"))
+                i += 1
+            continue
+        values: list[str] = []
+        if inline is not None:
+            values = [inline]
+        else:
+            while i < len(args) and (not args[i].startswith("-") or _NUMBER.match(args[i])):
+                values.append(args[i])
+                i += 1
+                if takes in (1, "?"):
+                    break
+        if takes in (1, "+") and not values:
+            findings.append(error("extra-arg-missing-value", field,
+                                  f"{arg!r}: {flag.name} needs a value, as the next element (or {flag.name}=VALUE)"))
+            continue
+        if flag.choices and not dotted:
+            for value in values:
+                if value not in flag.choices:
+                    findings.append(error("extra-arg-invalid-choice", field,
+                                          f"{arg!r}: {value!r} is not one of {flag.name}'s choices in vLLM {facts.version}: {', '.join(flag.choices)}"))
+    return at_stage(findings, Stage.SPEC)

@@ -1,0 +1,144 @@
+"""Checks of `spec.draft.speculativeConfig`, the SpeculativeConfig keys the spec passes through.
+
+Which keys exist, and each key's type, bounds and choices, are the judging release's own
+(`VllmFacts.speculative_fields`, generated from its SpeculativeConfig dataclass); the cross-field
+rules restate `SpeculativeConfig.__post_init__` / `_verify_args` (vllm/config/speculative.py),
+with `VllmFacts.logic` switching the ones that differ between releases."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.findings import Finding, error
+from specdeploy.geometry import Models
+from specdeploy.vllm import VllmFacts
+
+FIELD = "spec.draft.speculativeConfig"
+
+# Keys the plan writes itself from spec.draft; passing them through would fight the plan.
+OWNED_KEYS = frozenset({"model", "method", "num_speculative_tokens", "draft_tensor_parallel_size", "revision",
+                        "tensor_parallel_size"})
+_PYTHON_TYPES: dict[str, Any] = {"bool": bool, "int": int, "float": float, "str": str, "list": list, "object": dict, "any": Any}
+
+
+@lru_cache(maxsize=None)
+def _adapter(kind: str, choices: tuple[str, ...], bounds: tuple[tuple[str, float], ...]) -> TypeAdapter[Any]:
+    """The pydantic type vLLM's SpeculativeConfig (a pydantic dataclass, lax mode) gives a key."""
+    if kind == "choice":
+        return TypeAdapter(Literal[choices])  # type: ignore[valid-type]
+    python_type = _PYTHON_TYPES[kind]
+    return TypeAdapter(Annotated[python_type, Field(**dict(bounds))] if bounds else python_type)
+
+
+def _type_finding(key: str, value: Any, rule: dict[str, Any]) -> Finding | None:
+    if value is None and "default" in rule and rule["default"] is None:
+        return None  # an optional field: None means vLLM's default
+    bounds = tuple((b, rule[b]) for b in ("gt", "ge", "lt", "le") if b in rule)
+    try:
+        _adapter(rule["type"], tuple(rule.get("choices", ())), bounds).validate_python(value)
+    except ValidationError as exc:
+        reason = exc.errors()[0]["msg"]
+        return error("speculative-config-type", f"{FIELD}.{key}", f"{key}: {reason} (got {value!r})")
+    return None
+
+
+def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models: Models | None,
+                          facts: VllmFacts) -> list[Finding]:
+    method, config, findings = spec.draft.method, spec.draft.speculative_config, []
+    logic = facts.logic
+
+    def refuse(code: str, key: str, message: str) -> None:
+        findings.append(error(code, f"{FIELD}.{key}", message))
+
+    if config.get("dspark_draft_topk") is not None and method != "dspark":
+        refuse("speculative-config-method", "dspark_draft_topk", "dspark_draft_topk is only supported by method dspark")
+    if config.get("index_share_for_mtp_iteration") is not None and method != "mtp":
+        refuse("speculative-config-method", "index_share_for_mtp_iteration", "index_share_for_mtp_iteration is only supported with method mtp")
+    if config.get("use_heterogeneous_vocab"):
+        if method != "draft_model":
+            refuse("speculative-config-method", "use_heterogeneous_vocab", "use_heterogeneous_vocab only works with method draft_model")
+        if config.get("draft_sample_method", "greedy") != "greedy":
+            refuse("speculative-config-combination", "use_heterogeneous_vocab", "use_heterogeneous_vocab supports only draft_sample_method greedy")
+        if logic.heterogeneous_vocab_excludes_local_argmax and config.get("use_local_argmax_reduction"):
+            refuse("speculative-config-combination", "use_heterogeneous_vocab",
+                   f"vLLM {facts.version}: use_heterogeneous_vocab is not compatible with use_local_argmax_reduction (token-level intersection needs the full draft logits)")
+    if method != "dspark" and config.get("enable_adaptive_verification") and config.get("use_local_argmax_reduction"):
+        refuse("speculative-config-combination", "enable_adaptive_verification",
+               "enable_adaptive_verification needs the draft logits that use_local_argmax_reduction never materializes; disable one")
+    synthetic = [key for key in ("synthetic_acceptance_rates", "synthetic_acceptance_length") if config.get(key) is not None]
+    sampler = config.get("rejection_sample_method", "standard")
+    if sampler == "synthetic":
+        if len(synthetic) != 1:
+            refuse("speculative-config-combination", "rejection_sample_method",
+                   "rejection_sample_method synthetic needs exactly one of synthetic_acceptance_rates or synthetic_acceptance_length")
+    elif synthetic:
+        refuse("speculative-config-combination", synthetic[0], f"{synthetic[0]} is only valid with rejection_sample_method synthetic")
+    if logic.fly_rejection_sampler and sampler == "fly" and k is not None:
+        window = config.get("fly_window_size")
+        if k < 2:
+            refuse("speculative-config-combination", "rejection_sample_method", f"FLy (rejection_sample_method fly) requires numSpeculativeTokens >= 2, got {k}")
+        elif isinstance(window, int) and not isinstance(window, bool) and window >= k:
+            refuse("speculative-config-combination", "fly_window_size", f"FLy requires fly_window_size ({window}) to be smaller than numSpeculativeTokens ({k})")
+    if config.get("draft_lm_head_quantization") is not None and "draft_lm_head_quantization" in facts.speculative_fields:
+        gemma4_mtp = method == "mtp" and models is not None and models.target.mtp is not None and models.target.mtp.model_type == "gemma4_mtp"
+        if method not in logic.draft_lm_head_quantization_methods or gemma4_mtp:
+            refuse("speculative-config-method", "draft_lm_head_quantization",
+                   f"draft_lm_head_quantization is not supported for method {method!r} (only {', '.join(sorted(logic.draft_lm_head_quantization_methods))}, whose drafts share the target's lm_head)")
+    topc = config.get("xpress_topc")
+    if topc is not None and "xpress_topc" in facts.speculative_fields and models is not None:
+        draft = models.draft
+        xpress = draft is not None and bool(set(draft.architectures) & logic.xpress_architectures)
+        if not xpress:
+            refuse("speculative-config-method", "xpress_topc", "xpress_topc is only supported by XPress drafts (" + ", ".join(sorted(logic.xpress_architectures)) + ")")
+        elif isinstance(topc, int) and draft is not None and not 0 <= topc <= (draft.draft_vocab_size or draft.vocab_size):
+            refuse("speculative-config-range", "xpress_topc", f"xpress_topc must be between 0 and the draft vocabulary size ({draft.draft_vocab_size or draft.vocab_size})")
+    if method == "suffix":
+        findings += _suffix_findings(config)
+    low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
+    if method == "ngram" and isinstance(low, int) and isinstance(high, int) and low > high:
+        refuse("speculative-config-combination", "prompt_lookup_min", f"prompt_lookup_min {low} must be <= prompt_lookup_max {high}")
+    return findings
+
+
+# SpeculativeConfig._validate_suffix_decoding: (key, lowest, highest) for method suffix.
+SUFFIX_BOUNDS = {
+    "suffix_decoding_max_tree_depth": (1, None),
+    "suffix_decoding_max_cached_requests": (0, None),
+    "suffix_decoding_max_spec_factor": (0, None),
+    "suffix_decoding_min_token_prob": (0, 1),
+}
+
+
+def _suffix_findings(config: dict[str, Any]) -> list[Finding]:
+    findings = []
+    for key, (low, high) in SUFFIX_BOUNDS.items():
+        value = config.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue  # absent (vLLM's default is in range) or already reported as a type error
+        if value < low or (high is not None and value > high):
+            allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+            findings.append(error("speculative-config-range", f"{FIELD}.{key}", f"{key} must be {allowed} for suffix decoding, got {value}"))
+    return findings
+
+
+def check_speculative_config(spec: SpeculativeDeploymentSpec, k: int | None, models: Models | None,
+                             facts: VllmFacts) -> list[Finding]:
+    """Every passed-through key against the judging release's SpeculativeConfig."""
+    config = spec.draft.speculative_config
+    allowed = sorted(key for key, rule in facts.speculative_fields.items() if not rule.get("internal") and key not in OWNED_KEYS)
+    findings: list[Finding] = []
+    for key in sorted(config):
+        rule = facts.speculative_fields.get(key)
+        if key in OWNED_KEYS:
+            findings.append(error("speculative-config-owned-key", f"{FIELD}.{key}",
+                                  f"{key} is set by the operator from spec.draft (method, model, numSpeculativeTokens, tensorParallelSize, revision); remove it here"))
+        elif rule is None or rule.get("internal"):
+            findings.append(error("speculative-config-unknown-key", f"{FIELD}.{key}",
+                                  f"{key} is not a vLLM {facts.version} SpeculativeConfig field; allowed: {', '.join(allowed)}"))
+        elif (finding := _type_finding(key, config[key], rule)) is not None:
+            findings.append(finding)
+    return findings + _cross_field_findings(spec, k, models, facts)

@@ -1,0 +1,20 @@
+"""vLLM's facts, per release: the one layer that names a vLLM version or restates a vLLM list.
+
+`data/<version>.json` is generated from each release's own source by
+`scripts/refresh_vllm_facts.py`; the modules beside it hold vLLM logic the data cannot carry
+(`drafts`, `mtp`, `server_args`), and `versions` picks the release that judges a spec."""
+
+from specdeploy.vllm.facts import ServerFlag, VllmFacts
+from specdeploy.vllm.versions import (
+    DEFAULT_IMAGE,
+    DEFAULT_VERSION,
+    NEWEST_VERSION,
+    SUPPORTED_VERSIONS,
+    judging_version,
+    rule_set,
+)
+
+__all__ = [
+    "DEFAULT_IMAGE", "DEFAULT_VERSION", "NEWEST_VERSION", "SUPPORTED_VERSIONS", "ServerFlag", "VllmFacts",
+    "judging_version", "rule_set",
+]

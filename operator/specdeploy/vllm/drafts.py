@@ -1,0 +1,62 @@
+"""How vLLM names and rewrites a draft per speculative method (same logic in every supported
+release; where a release differs, `rule_sets.py` says so).
+
+Sources: vllm/transformers_utils/configs/eagle.py (EAGLEConfig's renaming),
+vllm/config/speculative.py (SpeculativeConfig.__post_init__: DSpark detection, the target
+as its own draft, k defaults), vllm/transformers_utils/configs/speculators/algos.py."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+# DSpark draft architectures vLLM keeps as they are (speculative.py `_QWEN3*_DSPARK`, Gemma4,
+# K3 MLA, MuseSpark in 0.33); any other architecture under method dspark is rewritten into
+# DeepSeek-V4's in-checkpoint DSpark head (DSparkDraftModel).
+DSPARK_ARCHITECTURES = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel",
+                                  "K3DSparkModel", "MuseSparkDSparkModel"})
+# The DSpark architectures a speculators-format checkpoint may name (speculators/algos.py).
+SPECULATORS_DSPARK_ARCHITECTURES = ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")
+# Targets whose checkpoint carries its own DSpark head (DSparkDraftModel / the V4.1 variant).
+IN_CHECKPOINT_DSPARK_TARGETS = frozenset({"deepseek_v4", "deepseek_v41"})
+# Methods with no draft checkpoint of their own.
+MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
+# Without a draft model vLLM drafts from the target checkpoint itself, when k is set: its MTP
+# layers, or the DSpark head a DeepSeek-V4 checkpoint ships (__post_init__).
+TARGET_AS_DRAFT_METHODS = frozenset({"mtp", "dspark"})
+# Pipeline parallelism: vLLM forces the draft to PP=1; DSpark stops sharing the target embedding
+# under PP and MTP+PP is broken upstream (reference/vllm-facts.md §1.8).
+NO_PIPELINE_PARALLEL = frozenset({"dspark", "mtp"})
+# Drafts that keep no KV cache of their own (MLP heads, or no draft model at all).
+DRAFT_KV_FREE_METHODS = frozenset({"medusa", "mlp_speculator", "ngram", "suffix"})
+
+
+def eagle_architectures(method: str, architectures: Iterable[str]) -> list[str]:
+    """The names EAGLEConfig gives a draft wrapped for `method` (eagle.py __init__):
+    LlamaForCausalLM -> EagleLlamaForCausalLM (eagle), Eagle3LlamaForCausalLM (eagle3),
+    DFlashLlamaForCausalLM (dflash). Other methods keep the names as written."""
+    archs = list(architectures)
+    if method == "eagle":
+        return [a if a.startswith("Eagle") else f"Eagle{a}" for a in archs]
+    if method == "eagle3":
+        return [a if a.startswith("Eagle3") or a.endswith("Eagle3") else f"Eagle3{a}" for a in archs]
+    if method == "dflash":
+        return [a if a.startswith("DFlash") or a.endswith("DFlash") or a == "LiLiCorrDraftModel" else f"DFlash{a}"
+                for a in archs]
+    return archs
+
+
+def draft_architectures(method: str, model_type: str, architectures: Iterable[str]) -> list[str]:
+    """The architecture names vLLM looks up for a draft under `method`: the EAGLE renaming,
+    DSpark's rename of a Qwen3 `DSparkDraftModel` to `Qwen3DSparkModel`, and no re-wrap for
+    drafts whose config class already chose them (speculators format, vLLM's EAGLE format)."""
+    archs = list(architectures)
+    if model_type in ("speculators", "eagle"):
+        return archs
+    if method == "dspark" and "DSparkDraftModel" in archs and model_type == "qwen3":
+        return ["Qwen3DSparkModel"]
+    return eagle_architectures(method, archs)
+
+
+def default_k_source(method: str) -> str:
+    """The draft-config field vLLM defaults k from, for messages."""
+    return "block_size" if method == "dspark" else "n_predict"

@@ -1,0 +1,21 @@
+"""Reading a model config the way vLLM does: `getattr(hf_config, key, None)` on a transformers
+config object, or the same key of a raw config.json dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def config_value(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def first_value(obj: Any, keys: tuple[str, ...], default: Any = None) -> Any:
+    """The first of `keys` that is set (vLLM's convertors try several names per field)."""
+    for key in keys:
+        value = config_value(obj, key)
+        if value is not None:
+            return value
+    return default

@@ -1,0 +1,71 @@
+"""Which vLLM release judges a spec: `spec.vllmVersion`, else the release tag of `spec.image`,
+else the default image's release. A release with no rule set here is judged by the nearest one,
+with a warning that names it — never silently."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from specdeploy.findings import Finding, Stage, warning
+from specdeploy.vllm.facts import VllmFacts
+
+# One generated data file per release (vllm/data/<version>.json), oldest first.
+SUPPORTED_VERSIONS: tuple[str, ...] = ("0.32.0", "0.33.0")
+# The default image: the newest release this project can serve end to end on CPU (0.32.0 is the
+# only vLLM release with a CPU build), so the e2e suite runs what a default CR deploys.
+DEFAULT_VERSION = "0.32.0"
+DEFAULT_IMAGE = f"vllm/vllm-openai:v{DEFAULT_VERSION}"
+NEWEST_VERSION = SUPPORTED_VERSIONS[-1]
+
+# A release tag: 0.33.0, v0.33.0, v0.33.0-cu130, 0.33.0+cpu (a variant of the same release).
+_RELEASE_TAG = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+_].*)?$")
+
+
+@lru_cache(maxsize=None)
+def rule_set(version: str) -> VllmFacts:
+    """The facts of a supported release (KeyError for one without a data file)."""
+    if version not in SUPPORTED_VERSIONS:
+        raise KeyError(version)
+    return VllmFacts.load(version)
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference (`None` for a digest-only or untagged reference)."""
+    if "@" in image:
+        return None
+    last = image.rsplit("/", 1)[-1]
+    return last.rsplit(":", 1)[1] if ":" in last else None
+
+
+def release_of(text: str | None) -> tuple[int, int, int] | None:
+    match = _RELEASE_TAG.match(text or "")
+    return tuple(int(g) for g in match.groups()) if match else None  # type: ignore[return-value]
+
+
+def _key(version: str) -> tuple[int, int, int]:
+    return release_of(version)  # type: ignore[return-value]
+
+
+def judging_version(vllm_version: str | None, image: str) -> tuple[VllmFacts, list[Finding]]:
+    """The rule set that judges, and a `vllm-version-unknown` warning when none matches exactly."""
+    if vllm_version:
+        asked, field = vllm_version, "spec.vllmVersion"
+    else:
+        tag = image_tag(image)
+        asked, field = (tag or image), "spec.image"
+    release = release_of(asked)
+    if release is not None:
+        exact = f"{release[0]}.{release[1]}.{release[2]}"
+        if exact in SUPPORTED_VERSIONS:
+            return rule_set(exact), []
+        older = [v for v in SUPPORTED_VERSIONS if _key(v) <= release]
+        chosen = older[-1] if older else SUPPORTED_VERSIONS[0]
+    else:
+        chosen = NEWEST_VERSION
+    what = f"vLLM {asked}" if release is not None else f"{asked!r} (not a release tag)"
+    return rule_set(chosen), [warning(
+        "vllm-version-unknown", field,
+        f"{what} has no rule set here (supported: {', '.join(SUPPORTED_VERSIONS)}); judged by vLLM {chosen}'s "
+        "rules, which may differ from what the pod runs: pin a supported release or set spec.vllmVersion",
+        Stage.SPEC)]

@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Regenerate operator/specdeploy/vllm/data/<version>.json from the installed vLLM itself.
+
+Why: the operator must judge a pair the way the vLLM version in the pod will, without importing
+vLLM or torch at run time. So each version's facts are read once, here, from that release's own
+model registry, config classes and server CLI, and shipped as data (one file per version).
+`tests/parity/test_vllm_facts.py` regenerates the data in memory and fails when the committed
+file for the installed vLLM is stale.
+
+Adding a vLLM version: build a venv with it (`make vllm-venv`, `make vllm-next-venv`), run this
+script there, add the version's logic differences (if any) to `specdeploy/vllm/rule_sets.py`, and
+add the venv to the parity matrix in the Makefile.
+    .venv-vllm/bin/python scripts/refresh_vllm_facts.py          # write data/<installed version>.json
+    .venv-vllm/bin/python scripts/refresh_vllm_facts.py --check  # exit 1 if stale
+
+Sources (read from the installed release):
+- `vllm/model_executor/models/registry.py` `ModelRegistry.models` (+ `_SPECULATIVE_DECODING_MODELS`)
+- `vllm/model_executor/models/interfaces.py` `supports_pp` on the imported model class. About a
+  hundred (mostly multimodal) modules cannot be imported on the CPU build (no torchvision);
+  for those the class's source is read with `ast` and `SupportsPP` is looked for in its bases,
+  following base classes through `vllm.model_executor.models` imports (`pp_source: "ast"`).
+- `vllm/transformers_utils/model_arch_config_convertor.py` `is_deepseek_mla` (MLA model types)
+- `vllm/config/speculative.py` `MTPModelTypes`, `SpeculativeMethod`, and every init field of the
+  `SpeculativeConfig` pydantic dataclass with its type, bounds, choices and default
+- `vllm/entrypoints/.../cli_args.py` `make_arg_parser`: every flag of the OpenAI server's CLI with
+  its spellings and arity (how many values follow it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, get_args
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = ROOT / "operator" / "specdeploy" / "vllm" / "data"
+MODELS_PKG = "vllm.model_executor.models"
+
+
+def _flatten_literal(tp: Any) -> list[str]:
+    """Literal[...] members, nested Literals flattened (SpeculativeMethod nests several)."""
+    out: list[str] = []
+    for arg in get_args(tp):
+        out.extend(_flatten_literal(arg) if get_args(arg) else [arg])
+    return out
+
+
+def _module_source_path(module_name: str) -> Path | None:
+    spec = importlib.util.find_spec(module_name)
+    return Path(spec.origin) if spec and spec.origin else None
+
+
+def _ast_supports_pp(module_name: str, class_name: str, seen: set[tuple[str, str]]) -> bool:
+    """Does `class_name` in `module_name` derive from SupportsPP (or set supports_pp = True)?
+
+    Used only where the module cannot be imported on the CPU build."""
+    if (module_name, class_name) in seen:
+        return False
+    seen.add((module_name, class_name))
+    path = _module_source_path(module_name)
+    if path is None:
+        return False
+    tree = ast.parse(path.read_text())
+    imports: dict[str, str] = {}  # local name -> module it comes from
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            base = node.module
+            if node.level:  # relative import inside vllm.model_executor.models
+                pkg = module_name.rsplit(".", node.level)[0]
+                base = f"{pkg}.{node.module}" if node.module else pkg
+            for alias in node.names:
+                imports[alias.asname or alias.name] = base
+    for node in tree.body:
+        if not (isinstance(node, ast.ClassDef) and node.name == class_name):
+            continue
+        for stmt in node.body:
+            if (
+                isinstance(stmt, (ast.Assign, ast.AnnAssign))
+                and isinstance(getattr(stmt, "value", None), ast.Constant)
+                and stmt.value.value is True
+            ):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                if any(isinstance(t, ast.Name) and t.id == "supports_pp" for t in targets):
+                    return True
+        for base in node.bases:
+            name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
+            if name is None:
+                continue
+            if name == "SupportsPP":
+                return True
+            origin = imports.get(name, module_name)
+            if origin.startswith("vllm") and _ast_supports_pp(origin, name, seen):
+                return True
+        return False
+    return False
+
+
+def _mla_model_types() -> list[str]:
+    """The model_type tuple inside ModelArchConfigConvertorBase.is_deepseek_mla, read from
+    its source and then confirmed by calling the function on a probe config per type."""
+    from types import SimpleNamespace
+
+    from vllm.transformers_utils.model_arch_config_convertor import (
+        ModelArchConfigConvertorBase,
+    )
+
+    fn = ast.parse(inspect.getsource(ModelArchConfigConvertorBase.is_deepseek_mla).strip())
+    candidates: list[str] = []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Compare) and isinstance(node.comparators[0], ast.Tuple):
+            elts = node.comparators[0].elts
+            candidates = [e.value for e in elts if isinstance(e, ast.Constant)]
+            break
+    confirmed = []
+    for model_type in candidates:
+        probe = SimpleNamespace(model_type=model_type, kv_lora_rank=512)
+        if ModelArchConfigConvertorBase(probe, probe).is_deepseek_mla():
+            confirmed.append(model_type)
+    if not confirmed:
+        raise RuntimeError("is_deepseek_mla changed shape; update _mla_model_types()")
+    return sorted(confirmed)
+
+
+def _describe_type(annotation: Any) -> dict[str, Any]:
+    """A field's pydantic type as data the operator can check a value against (lax, as vLLM's
+    dataclass validates): bool, int, float, str, a choice among literals, list, or object."""
+    import enum
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _describe_type(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        described = [_describe_type(a) for a in members]
+        if any(d["type"] == "str" for d in described):
+            return {"type": "str"}  # e.g. QuantizationMethods | str: any string
+        if len(described) == 1:
+            return described[0]
+        choices = [c for d in described for c in d.get("choices", [])]
+        if choices and all(d["type"] == "choice" for d in described):
+            return {"type": "choice", "choices": sorted(set(choices))}
+        return {"type": "any"}
+    if origin is typing.Literal:
+        return {"type": "choice", "choices": sorted(str(c) for c in _flatten_literal(annotation))}
+    if origin in (list, tuple, typing.List, typing.Tuple):
+        return {"type": "list"}
+    if origin in (dict, typing.Dict):
+        return {"type": "object"}
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return {"type": "choice", "choices": sorted(m.name for m in annotation)}
+    for python_type, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str")):
+        if annotation is python_type:
+            return {"type": name}
+    return {"type": "object"}
+
+
+def _speculative_fields() -> dict[str, dict[str, Any]]:
+    """Every init field of SpeculativeConfig: its type, numeric bounds and default."""
+    import typing
+
+    from pydantic.fields import FieldInfo
+    from vllm.config.speculative import SpeculativeConfig
+
+    hints = typing.get_type_hints(SpeculativeConfig, include_extras=True)
+    out: dict[str, dict[str, Any]] = {}
+    for name, field in SpeculativeConfig.__dataclass_fields__.items():
+        if not field.init:
+            continue
+        entry = _describe_type(hints.get(name, Any))
+        default = field.default
+        if isinstance(default, FieldInfo):
+            for meta in default.metadata:
+                for bound in ("gt", "ge", "lt", "le"):
+                    if getattr(meta, bound, None) is not None:
+                        entry[bound] = getattr(meta, bound)
+            default = default.default
+        if default is None or isinstance(default, (bool, int, float, str)):
+            entry["default"] = default
+        if "SkipValidation" in str(hints.get(name, "")):
+            entry["internal"] = True  # set by vLLM itself (target/draft model and parallel configs)
+        out[name] = entry
+    return out
+
+
+def _server_flags() -> dict[str, dict[str, Any]]:
+    """The OpenAI server's flags as `vllm serve` parses them: spellings and arity."""
+    import importlib
+
+    for module in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.common.cli_args"):  # 0.32, 0.33
+        try:
+            make_arg_parser = importlib.import_module(module).make_arg_parser
+            break
+        except ImportError:
+            continue
+    else:
+        raise RuntimeError("vLLM's make_arg_parser moved; add its module here")
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser())
+    flags: dict[str, dict[str, Any]] = {}
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        nargs = action.nargs
+        if nargs is None:
+            nargs = 0 if action.const is not None and type(action).__name__.startswith("_Store") and "Const" in type(action).__name__ else 1
+        entry: dict[str, Any] = {"names": list(action.option_strings), "nargs": nargs}
+        if action.choices is not None and not isinstance(action.choices, dict):
+            try:
+                choices = [str(c) for c in action.choices]
+            except TypeError:
+                choices = []
+            if 0 < len(choices) <= 64:
+                entry["choices"] = sorted(set(choices))
+        flags[action.option_strings[0]] = entry
+    return flags
+
+
+def _transformers_backend_architectures() -> list[str]:
+    """Transformers model classes vLLM serves through its Transformers backend when its own
+    registry lacks the name (registry.py `_try_resolve_transformers`: the class exists in
+    transformers and `is_backend_compatible()` or `_can_set_attn_implementation()`). This is how
+    a config without `architectures` loads: vLLM names it `MODEL_MAPPING_NAMES[model_type]`
+    (transformers_utils/config.py get_config)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
+
+    names = {n for mapping in (MODEL_MAPPING_NAMES, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) for n in mapping.values()
+             if isinstance(n, str)}
+    accepted = []
+    for name in sorted(names):
+        try:
+            cls = getattr(transformers, name)
+            if cls.is_backend_compatible() or cls._can_set_attn_implementation():
+                accepted.append(name)
+        except Exception:  # noqa: BLE001 - a class that cannot load is not served either
+            continue
+    return accepted
+
+
+def collect() -> dict[str, Any]:
+    """Everything the operator's rules need to know about the installed vLLM."""
+    import vllm
+    from vllm.config.speculative import MTPModelTypes, SpeculativeMethod
+    from vllm.model_executor.models import registry as reg
+    from vllm.model_executor.models.interfaces import supports_pp
+
+    speculative = set(reg._SPECULATIVE_DECODING_MODELS)
+    archs: dict[str, dict[str, Any]] = {}
+    for arch in sorted(reg.ModelRegistry.models):
+        entry = reg.ModelRegistry.models[arch]
+        module_name = getattr(entry, "module_name", None)
+        class_name = getattr(entry, "class_name", None)
+        info: dict[str, Any] = {"speculative": arch in speculative}
+        try:
+            cls = entry.load_model_cls()
+            info["supports_pp"] = bool(supports_pp(cls))
+            info["pp_source"] = "import"
+        except Exception:  # noqa: BLE001 - CPU build lacks some optional deps
+            if module_name is None or class_name is None:
+                continue
+            info["supports_pp"] = _ast_supports_pp(module_name, class_name, set())
+            info["pp_source"] = "ast"
+        archs[arch] = info
+    return {
+        "vllm_version": vllm.__version__,
+        "generated_by": "scripts/refresh_vllm_architectures.py",
+        "architectures": archs,
+        "mla_model_types": _mla_model_types(),
+        "mtp_model_types": sorted(_flatten_literal(MTPModelTypes)),
+        "speculative_methods": sorted(_flatten_literal(SpeculativeMethod)),
+        "transformers_backend_architectures": _transformers_backend_architectures(),
+        "speculative_config_fields": _speculative_fields(),
+        "server_flags": _server_flags(),
+    }
+
+
+def render(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    parser.add_argument("--output", type=Path, default=None, help="default: data/<installed version>.json")
+    args = parser.parse_args(argv)
+    data = collect()
+    text = render(data)
+    args.output = args.output or DATA_DIR / f"{data['vllm_version']}.json"
+    if args.check:
+        current = args.output.read_text() if args.output.exists() else ""
+        if current != text:
+            print(f"{args.output} is stale; rerun {Path(__file__).name}", file=sys.stderr)
+            return 1
+        return 0
+    args.output.write_text(text)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
