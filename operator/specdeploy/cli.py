@@ -156,8 +156,8 @@ def _load_flag(ref: str, flag: str, revision: str | None = None) -> Any:
         if local_only:
             raise UsageError(flag, f"{ref}: the Hub is unreachable and its config.json is not in the local cache: {OFFLINE_HINT}") from None
         raise UsageError(flag, f"{exc.message}: {OFFLINE_HINT}") from None
-    except SourceInvalid as exc:
-        raise UsageError(flag, exc.message) from None
+    except SourceInvalid as exc:  # the CLI's token is $HF_TOKEN, the CR's is hfTokenSecretRef
+        raise UsageError(flag, exc.message.replace("hfTokenSecretRef", "HF_TOKEN")) from None
 
 
 def _validate(args: argparse.Namespace) -> int:
