@@ -105,7 +105,9 @@ def parse_config(raw: dict[str, Any]) -> PretrainedConfig | dict[str, Any]:
     if cls is None:
         return raw
     try:
-        return cls.from_dict(dict(raw))
+        # `from_dict` with no kwargs is exactly `cls(**config_dict)` plus a logger.info whose
+        # f-string serialises the whole config (~10 ms) even when the level drops the record.
+        return cls(**dict(raw))
     except Exception as exc:  # transformers raises several types; all mean "rejected"
         message = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
         raise ConfigRejected(f"{cls.__name__} rejects this config: {message}") from exc
