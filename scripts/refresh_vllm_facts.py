@@ -274,7 +274,7 @@ def collect() -> dict[str, Any]:
         archs[arch] = info
     return {
         "vllm_version": vllm.__version__,
-        "generated_by": "scripts/refresh_vllm_architectures.py",
+        "generated_by": "scripts/refresh_vllm_facts.py",
         "architectures": archs,
         "mla_model_types": _mla_model_types(),
         "mtp_model_types": sorted(_flatten_literal(MTPModelTypes)),

@@ -132,6 +132,11 @@ def _add_validate(sub: Any) -> None:
     parser.add_argument("--gpu", type=_gpu_product, help="GPU product for the memory fit, e.g. H100-80GB (an unknown name lists the catalog)")
     parser.add_argument("--max-model-len", type=int, help="context length the KV cache must hold")
     parser.add_argument("--revision", help="Hub revision of the target")
+    from specdeploy.vllm import DEFAULT_VERSION, SUPPORTED_VERSIONS
+
+    release = parser.add_mutually_exclusive_group()
+    release.add_argument("--vllm-version", help=f"the vLLM release whose rules judge (supported: {', '.join(SUPPORTED_VERSIONS)}; default {DEFAULT_VERSION})")
+    release.add_argument("--image", help="the vLLM image the pod will run; its release tag picks the rules (e.g. vllm/vllm-openai:v0.33.0)")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (default text)")
     parser.set_defaults(func=_validate, check=_check_draft_flag)
 
@@ -178,6 +183,10 @@ def _validate(args: argparse.Namespace) -> int:
         document["resources"] = {"gpu": {"product": args.gpu}}
     if args.max_model_len is not None:
         document["serving"] = {"maxModelLen": args.max_model_len}
+    if args.vllm_version:
+        document["vllmVersion"] = args.vllm_version
+    if args.image:
+        document["image"] = args.image
     spec, findings = parse_spec(document)
     if spec is None:
         evaluation = Evaluation(tuple(findings), None)
@@ -188,7 +197,8 @@ def _validate(args: argparse.Namespace) -> int:
     report = evaluation.to_dict()
 
     def text() -> str:
-        lines = ["VALID" if report["ok"] else "INVALID", *_findings_text(report["findings"]), *_plan_text(report["plan"])]
+        judged = [f"judged by vLLM {report['vllmVersion']}'s rules"] if report.get("vllmVersion") else []
+        lines = ["VALID" if report["ok"] else "INVALID", *_findings_text(report["findings"]), *judged, *_plan_text(report["plan"])]
         return "\n".join(lines) + "\n"
 
     _emit(args.output, report, text)

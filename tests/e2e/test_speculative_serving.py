@@ -16,7 +16,6 @@ Adapted for the CPU test host, and nothing else:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -220,15 +219,14 @@ def test_rejected_pair_is_rejected_by_vllm_at_startup(tiny, tmp_path) -> None:
     result = _evaluate(spec)
     assert not result.ok
     assert any("vocab" in f.code for f in result.findings if f.severity == "error"), result.to_dict()
-    # The renderer only renders valid plans: render the valid pair, then point the one JSON
-    # speculative-config arg at the rejected draft, as the user's edit would.
+    # The renderer only renders valid plans: take the valid pair's plan and render it with the
+    # rejected spec, so the one JSON speculative-config arg names the rejected draft.
     good = _spec(tiny["target"], {
         "method": "draft_model", "model": str(tiny["draft"]), "config": _config(tiny["draft"]),
         "numSpeculativeTokens": 3, "tensorParallelSize": 1,
     })
     good_result = _evaluate(good)
-    plan = dataclasses.replace(good_result.plan, speculative_config={**good_result.plan.speculative_config, "model": str(bad)})
-    container = _container(spec, plan)
+    container = _container(spec, good_result.plan)
     started = time.monotonic()
     server = Server(container, tmp_path)
     try:

@@ -172,3 +172,22 @@ async def test_missing_configmap_is_retried_and_reported(operator: Operator, clu
     await eventually(lambda: cluster.condition("from-configmap", "Validated").get("reason") == "ConfigUnavailable", what="ConfigUnavailable")
     assert cluster.condition("from-configmap", "Validated")["status"] == "Unknown"
     assert not cluster.exists(DEPLOYMENT, "from-configmap")
+
+
+async def test_a_layout_that_does_not_fit_is_validated_but_not_planned(operator: Operator, cluster: Cluster) -> None:
+    """Llama-3.1-70B in bf16 at TP 1, PP 1 on one A100-40GB: vLLM would accept the pair, the
+    weights cannot fit. Validated=True, Planned=False NoFeasiblePlan, and no GPU is taken."""
+    doc = copy.deepcopy(example("llama-3.1-70b-eagle3.yaml"))
+    doc["metadata"]["name"] = "llama-70b-a100"
+    doc["spec"]["draft"] = {"method": "ngram", "numSpeculativeTokens": 3}
+    doc["spec"]["resources"] = {"gpu": {"product": "A100-40GB"}}
+    doc["spec"]["parallelism"] = {"tensorParallelSize": 1, "pipelineParallelSize": 1}
+    name = doc["metadata"]["name"]
+    await cluster.create(with_identity(doc, "uid-no-fit"))
+    await eventually(lambda: cluster.condition(name, "Planned").get("status") == "False", what="Planned=False")
+    assert cluster.condition(name, "Validated")["status"] == "True"
+    planned = cluster.condition(name, "Planned")
+    assert planned["reason"] == "NoFeasiblePlan" and "GiB" in planned["message"]
+    findings = cluster.sd(name)["status"]["findings"]
+    assert [(f["code"], f["stage"]) for f in findings if f["severity"] == "error"] == [("memory-does-not-fit", "plan")]
+    assert not cluster.exists(DEPLOYMENT, name) and not cluster.exists(LWS, name)

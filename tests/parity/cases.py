@@ -27,7 +27,14 @@ def configs() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for path in sorted(REAL.glob("*.json")) + sorted(SYNTHETIC.glob("*.json")):
         out[path.stem] = json.loads(path.read_text())
+    # Real drafts saved without `architectures` (vLLM names them by model_type, then loads them
+    # through its Transformers backend, or refuses the EAGLE-renamed name).
+    for name in NO_ARCHITECTURES:
+        out[f"{name}-no-architectures"] = {k: v for k, v in out[name].items() if k != "architectures"}
     return out
+
+
+NO_ARCHITECTURES = ("Qwen__Qwen3-0.6B", "meta-llama__Llama-3.2-1B-Instruct", "specforge__llama3-8B-eagle3")
 
 
 TARGETS = (
@@ -57,6 +64,10 @@ DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
     ("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "draft_model"),
     ("meta-llama__Llama-3.1-8B-Instruct", "Qwen__Qwen3-0.6B", "draft_model"),
     ("deepseek-ai__DeepSeek-V3", "deepseek-ai__DeepSeek-V2-Lite", "draft_model"),
+    # drafts without an `architectures` key
+    ("Qwen__Qwen3-8B", "Qwen__Qwen3-0.6B-no-architectures", "draft_model"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct-no-architectures", "draft_model"),
+    ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3-no-architectures", "eagle3"),
     # EAGLE / EAGLE3 heads
     ("meta-llama__Llama-3.1-8B-Instruct", "SafeAILab__EAGLE-LLaMA3-Instruct-8B", "eagle"),
     ("meta-llama__Llama-3.1-8B-Instruct", "eagle-format-llama3-8b", "eagle"),
@@ -113,12 +124,14 @@ class Case:
     k: int | None  # None: not set, so each side applies its own default (block_size, n_predict)
     tp: int
     draft_tp: int | None  # None: not set (model-free methods use the target's layout)
+    speculative_config: tuple[tuple[str, Any], ...] = ()  # further SpeculativeConfig keys
 
     @property
     def id(self) -> str:
         dtp = "" if self.draft_tp is None else f"-dtp{self.draft_tp}"
         k = "default" if self.k is None else self.k
-        return f"{self.target}+{self.draft or '-'}-{self.method}-k{k}-tp{self.tp}{dtp}"
+        extra = "".join(f"-{key}={value}" for key, value in self.speculative_config)
+        return f"{self.target}+{self.draft or '-'}-{self.method}-k{k}-tp{self.tp}{dtp}{extra}"
 
     @property
     def pair(self) -> str:
@@ -138,6 +151,32 @@ def _draft_tps(tp: int) -> tuple[int, ...]:
     return (1,) if tp == 1 else (1, tp)
 
 
+# Where vLLM releases differ (0.32.0 -> 0.33.0): SpeculativeConfig keys and values one release
+# has and the other lacks, and the checks that come with them (vllm/config/speculative.py).
+LLAMA8, LLAMA1, EAGLE3 = "meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "specforge__llama3-8B-eagle3"
+VERSION_CASES: tuple[tuple[str, str | None, str, int, dict[str, Any]], ...] = (
+    # FLy, a lossy rejection sampler (0.33.0): k >= 2 and fly_window_size < k
+    (LLAMA8, None, "ngram", 3, {"rejection_sample_method": "fly"}),
+    (LLAMA8, None, "ngram", 1, {"rejection_sample_method": "fly"}),
+    (LLAMA8, None, "ngram", 3, {"rejection_sample_method": "fly", "fly_window_size": 3}),
+    (LLAMA8, None, "ngram", 4, {"rejection_sample_method": "fly", "fly_window_size": 2}),
+    (LLAMA8, None, "ngram", 3, {"fly_entropy_threshold": -0.5}),
+    (LLAMA8, EAGLE3, "eagle3", 3, {"rejection_sample_method": "fly"}),
+    # a quantized copy of the shared lm_head (0.33.0): EAGLE/EAGLE3/MTP only
+    (LLAMA8, EAGLE3, "eagle3", 3, {"draft_lm_head_quantization": "fp8"}),
+    (LLAMA8, LLAMA1, "draft_model", 3, {"draft_lm_head_quantization": "fp8"}),
+    (LLAMA8, EAGLE3, "eagle3", 3, {"draft_lm_head_quantization": "int4"}),
+    (LLAMA8, EAGLE3, "eagle3", 3, {"disable_lookahead_block_hashes": True}),
+    # XPress narrowing (0.33.0): only XPress drafts
+    (LLAMA8, EAGLE3, "eagle3", 3, {"xpress_topc": 8}),
+    # heterogeneous vocab cannot use local argmax (0.33.0 refuses; 0.32.0 takes it)
+    (LLAMA8, LLAMA1, "draft_model", 3, {"use_heterogeneous_vocab": True, "use_local_argmax_reduction": True}),
+    (LLAMA8, LLAMA1, "draft_model", 3, {"use_heterogeneous_vocab": True}),
+    # kv_cache_dtype: 0.33.0 takes any string a platform backend may register
+    (LLAMA8, EAGLE3, "eagle3", 3, {"kv_cache_dtype": "fp8"}),
+)
+
+
 def grid() -> list[Case]:
     cfgs = configs()
     cases: list[Case] = []
@@ -155,4 +194,6 @@ def grid() -> list[Case]:
     # EAGLE3 heads have nothing to default from (both sides must refuse).
     for target, draft, method in DEFAULT_K_PAIRS:
         cases += [Case(target, draft, method, None, tp, tp) for tp in (1, 8)]
+    for target, draft, method, k, extra in VERSION_CASES:
+        cases += [Case(target, draft, method, k, tp, None, tuple(sorted(extra.items()))) for tp in (1, 2)]
     return cases

@@ -1,5 +1,5 @@
 """Both verdicts for every grid case, and the agreement table printed by the parity suite and
-written to docs/parity.md."""
+written to docs/parity-<vLLM version>.md."""
 
 from __future__ import annotations
 
@@ -25,7 +25,10 @@ class Row:
 
 
 def our_verdict(case: Case) -> tuple[bool, tuple[str, ...]]:
-    """specdeploy's verdict through the one shared entry point (no resources: no memory check)."""
+    """specdeploy's verdict through the one shared entry point (no resources: no memory check),
+    for a CR whose image is the installed vLLM release (its tag picks the rule set)."""
+    import vllm
+
     from specdeploy.api.spec import SpeculativeDeploymentSpec
     from specdeploy.pipeline import ModelInputs, evaluate
 
@@ -37,7 +40,10 @@ def our_verdict(case: Case) -> tuple[bool, tuple[str, ...]]:
         draft["model"] = "d"
     if case.draft_tp is not None:
         draft["tensorParallelSize"] = case.draft_tp
+    if case.speculative_config:
+        draft["speculativeConfig"] = dict(case.speculative_config)
     spec = SpeculativeDeploymentSpec.model_validate({
+        "image": f"vllm/vllm-openai:v{vllm.__version__}",
         "target": {"model": "t"},
         "draft": draft,
         "parallelism": {"tensorParallelSize": case.tp, "pipelineParallelSize": 1},
@@ -48,6 +54,7 @@ def our_verdict(case: Case) -> tuple[bool, tuple[str, ...]]:
         ModelInputs(config=cfgs[case.draft]) if case.draft is not None else None,
     )
     errors = tuple(f"{f.code}: {f.message}" for f in result.findings if f.severity == "error")
+    assert result.vllm_version == vllm.__version__, "the image tag must pick the installed release's rules"
     return result.ok, errors
 
 
@@ -58,7 +65,8 @@ def compute_rows() -> list[Row]:
     rows: list[Row] = []
     try:
         for case in grid():
-            verdict = judge.judge(case.target, case.draft, case.method, case.k, case.tp, case.draft_tp)
+            verdict = judge.judge(case.target, case.draft, case.method, case.k, case.tp, case.draft_tp,
+                                  dict(case.speculative_config))
             ours_ok, our_errors = our_verdict(case)
             rows.append(Row(case, verdict.ok, verdict.stage, verdict.error, ours_ok, our_errors))
     finally:

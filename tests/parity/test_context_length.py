@@ -37,13 +37,11 @@ TARGETS = sorted(p.stem for p in REAL.glob("*.json"))
 
 @pytest.mark.parametrize("name", TARGETS + sorted(VARIANTS))
 def test_derived_context_length_matches_vllm(name: str, tmp_path: Path) -> None:
-    pytest.importorskip("vllm")
+    vllm = pytest.importorskip("vllm")
     from vllm.config import ModelConfig
 
     from specdeploy.geometry import read_geometry
-from specdeploy.vllm import DEFAULT_VERSION, rule_set
-
-DEFAULT_FACTS = rule_set(DEFAULT_VERSION)
+    from specdeploy.vllm import rule_set
 
     config = VARIANTS.get(name) or configs()[name]
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -51,6 +49,6 @@ DEFAULT_FACTS = rule_set(DEFAULT_VERSION)
         vllm_len = ModelConfig(model=str(tmp_path), skip_tokenizer_init=True).max_model_len
     except Exception as exc:  # noqa: BLE001 - a config vLLM cannot load has no length to compare
         pytest.skip(f"vLLM does not load {name}: {type(exc).__name__}")
-    geometry, findings = read_geometry(config, "spec.target.config", DEFAULT_FACTS)
+    geometry, findings = read_geometry(config, "spec.target.config", rule_set(vllm.__version__))
     assert findings == []
     assert geometry.derived_max_model_len == vllm_len

@@ -38,6 +38,7 @@ FAMILIES: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     "qwen3_5_text": ({"model_type": "qwen3_5_text", "architectures": ["Qwen3_5ForCausalLM"], "mtp_num_hidden_layers": 2}, None),
     "longcat": ({"model_type": "longcat_flash", "architectures": ["LongcatFlashForCausalLM"]}, None),
     "step3p5": ({"model_type": "step3p5", "architectures": ["Step3p5ForCausalLM"], "num_nextn_predict_layers": 3}, None),
+    "step5": ({"model_type": "step5", "architectures": ["Step5ForCausalLM"], "num_nextn_predict_layers": 2}, None),
     "hy_v3": ({"model_type": "hy_v3", "architectures": ["HYV3ForCausalLM"], "num_nextn_predict_layers": 1}, None),
     "minimax_m3_vl": ({"model_type": "minimax_m3_vl", "architectures": ["MiniMaxM3ForConditionalGeneration"]}, {"model_type": "minimax_m3", "num_mtp_modules": 3}),
     "llama": ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, None),
@@ -61,12 +62,13 @@ def _vllm(top: dict[str, Any], text: dict[str, Any] | None) -> tuple[str, str, A
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_mtp_module_matches_vllm_hf_config_override(name: str) -> None:
-    pytest.importorskip("vllm")
-    from specdeploy.geometry.mtp import mtp_module
+    vllm = pytest.importorskip("vllm")
+    from specdeploy.vllm import rule_set
+    from specdeploy.vllm.mtp import mtp_module
 
     top, text = FAMILIES[name]
     vllm_type, vllm_arch, vllm_n = _vllm(top, text)
-    ours = mtp_module(top, text if text is not None else top)
+    ours = mtp_module(top, text if text is not None else top, rule_set(vllm.__version__))
     if ours is None:  # vLLM leaves the config as it was: not an MTP draft, refused later
         assert (vllm_type, vllm_arch) == (top["model_type"], top["architectures"][0])
         return

@@ -38,6 +38,7 @@ from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # 0.33.0 has no CPU build: its platform must be told
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class VllmJudge:
         return self._targets[name]
 
     def judge(self, target: str, draft: str | None, method: str, k: int | None, tp: int,
-              draft_tp: int | None) -> Verdict:
+              draft_tp: int | None, extra: dict[str, Any] | None = None) -> Verdict:
         from vllm.config import ParallelConfig, SpeculativeConfig
 
         target_cfg = self._target(target)
@@ -135,7 +136,7 @@ class VllmJudge:
         except Exception as exc:  # noqa: BLE001 - AssertionError from vllm.distributed.utils.divide
             return Verdict(False, "target QKVParallelLinear", _first_line(exc))
         kwargs: dict[str, Any] = dict(
-            target_model_config=target_cfg, target_parallel_config=parallel, method=method,
+            target_model_config=target_cfg, target_parallel_config=parallel, method=method, **(extra or {}),
         )
         if k is not None:  # omitted, as from a --speculative-config without the key
             kwargs["num_speculative_tokens"] = k

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import MODEL_CONFIGS, SYNTHETIC
 
@@ -111,3 +112,73 @@ def test_run_without_cluster_credentials_exits_2_with_a_clear_message(tmp_path: 
     result = subprocess.run([EXE, "run", "--namespace", "default"], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 2
     assert "no Kubernetes credentials" in result.stderr and "Traceback" not in result.stderr
+
+
+def _medusa_cr(tmp_path: Path, image: str, **extra: str) -> Path:
+    cr = tmp_path / "medusa.yaml"
+    draft = json.loads((SYNTHETIC / "medusa-llama3-8b.json").read_text())
+    target = json.loads((MODEL_CONFIGS / "meta-llama__Llama-3.1-8B-Instruct.json").read_text())
+    cr.write_text(yaml.safe_dump({
+        "apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "medusa"},
+        "spec": {"image": image, **extra, "target": {"model": "meta-llama/Llama-3.1-8B-Instruct", "config": target},
+                 "draft": {"method": "medusa", "model": "org/medusa", "numSpeculativeTokens": 3, "config": draft}}}))
+    return cr
+
+
+@pytest.mark.parametrize(("image", "code", "version"), [
+    ("vllm/vllm-openai:v0.32.0", 0, "0.32.0"),
+    ("vllm/vllm-openai:v0.33.0", 1, "0.33.0"),
+    ("registry.example.com:5000/vllm/vllm-openai:v0.33.0-cu130", 1, "0.33.0"),
+    ("vllm/vllm-openai:0.33.0", 1, "0.33.0"),
+])
+def test_the_image_tag_picks_the_rules_medusa_is_gone_from_0_33(tmp_path: Path, image: str, code: int, version: str) -> None:
+    result = run("plan", "-f", str(_medusa_cr(tmp_path, image)), "-o", "json")
+    assert result.returncode == code, result.stdout + result.stderr
+    out = json.loads(result.stdout)
+    assert out["vllmVersion"] == version
+    if code:
+        (finding,) = [f for f in out["findings"] if f["severity"] == "error"]
+        assert finding["code"] == "method-unsupported" and finding["field"] == "spec.draft.method"
+        assert "vLLM 0.33.0" in finding["message"] and finding["stage"] == "pair"
+    else:
+        assert out["plan"]["vllmVersion"] == "0.32.0"
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:latest", "vllm/vllm-openai:nightly", "vllm/vllm-openai@sha256:" + "a" * 64,
+                                   "vllm/vllm-openai:v0.99.0"])
+def test_an_image_with_no_rule_set_is_judged_by_the_newest_with_a_warning(tmp_path: Path, image: str) -> None:
+    result = run("plan", "-f", str(_medusa_cr(tmp_path, image)), "-o", "json")
+    out = json.loads(result.stdout)
+    assert out["vllmVersion"] == "0.33.0"
+    (warning,) = [f for f in out["findings"] if f["code"] == "vllm-version-unknown"]
+    assert warning["severity"] == "warning" and warning["field"] == "spec.image" and warning["stage"] == "spec"
+
+
+def test_vllm_version_overrides_the_image_tag(tmp_path: Path) -> None:
+    result = run("plan", "-f", str(_medusa_cr(tmp_path, "my-registry/vllm:prod", vllmVersion="0.32.0")), "-o", "json")
+    assert result.returncode == 0, result.stdout
+    out = json.loads(result.stdout)
+    assert out["vllmVersion"] == "0.32.0" and not [f for f in out["findings"] if f["code"] == "vllm-version-unknown"]
+
+
+@pytest.mark.parametrize(("flag", "code"), [(("--vllm-version", "0.32.0"), 1), (("--vllm-version", "0.33.0"), 0),
+                                            (("--image", "vllm/vllm-openai:v0.33.0"), 0)])
+def test_validate_judges_a_key_only_0_33_has_by_the_chosen_release(tmp_path: Path, flag: tuple[str, str], code: int) -> None:
+    """draft_lm_head_quantization is a 0.33.0 SpeculativeConfig key: 0.32.0 refuses it as unknown."""
+    cr = tmp_path / "sd.yaml"
+    target = json.loads((MODEL_CONFIGS / "meta-llama__Llama-3.1-8B-Instruct.json").read_text())
+    draft = json.loads((MODEL_CONFIGS / "specforge__llama3-8B-eagle3.json").read_text())
+    version = flag[1].rsplit("v", 1)[-1]
+    cr.write_text(yaml.safe_dump({"spec": {"vllmVersion": version, "target": {"model": "t/t", "config": target},
+                                       "draft": {"method": "eagle3", "model": "d/d", "numSpeculativeTokens": 3, "config": draft,
+                                                 "speculativeConfig": {"draft_lm_head_quantization": "fp8"}}}}))
+    result = run("plan", "-f", str(cr), "-o", "json")
+    assert result.returncode == code, result.stdout
+    if code:
+        assert json.loads(result.stdout)["findings"][0]["field"] == "spec.draft.speculativeConfig.draft_lm_head_quantization"
+    target_file, draft_file = tmp_path / "t.json", tmp_path / "d.json"
+    target_file.write_text(json.dumps(target))
+    draft_file.write_text(json.dumps(draft))
+    validated = run("validate", "--target", str(target_file), "--draft", str(draft_file), "--method", "eagle3",
+                    "--num-speculative-tokens", "3", *flag, "-o", "json")
+    assert json.loads(validated.stdout)["vllmVersion"] == version

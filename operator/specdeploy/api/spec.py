@@ -20,7 +20,7 @@ SINGULAR = "speculativedeployment"
 SHORT_NAMES = ["sdep"]
 
 # The methods this operator plans for. Which of them a vLLM release accepts is that release's
-# fact (specdeploy.vllm): medusa and mlp_speculator are gone from 0.33.0.
+# fact (specdeploy.vllm): newer releases dropped medusa and mlp_speculator.
 Method = Literal[
     "dspark", "eagle", "eagle3", "mtp", "draft_model", "dflash",
     "ngram", "medusa", "mlp_speculator", "suffix",
@@ -234,8 +234,8 @@ class SpeculativeDeploymentSpec(SpecModel):
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec, description="Tensor and pipeline parallelism of the target.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="Serving limits that size the KV cache.")
     replicas: int = Field(1, ge=0, le=1000, description="Number of serving replicas (each may span several nodes).")
-    image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`. Its release tag (v0.33.0, 0.33.0, v0.33.0-cu130) decides which vLLM release's rules judge the spec, unless vllmVersion is set.", max_length=512)
-    vllm_version: str | None = Field(None, description="The vLLM release the image runs (e.g. 0.33.0), for images whose tag is not a release tag (latest, nightly, a digest, a private build). Its rules judge the spec.", pattern=r"^\d+\.\d+\.\d+$", max_length=32)
+    image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`. Its release tag (vX.Y.Z, X.Y.Z, vX.Y.Z-cu130) decides which vLLM release's rules judge the spec, unless vllmVersion is set.", max_length=512)
+    vllm_version: str | None = Field(None, description="The vLLM release the image runs (X.Y.Z), for images whose tag is not a release tag (latest, nightly, a digest, a private build). Its rules judge the spec.", pattern=r"^\d+\.\d+\.\d+$", max_length=32)
     vllm: VllmSpec = Field(default_factory=VllmSpec, description="Extra vLLM args and environment.")
     hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Secret holding a Hugging Face token, injected as HF_TOKEN via secretKeyRef only.")
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Volume for the Hugging Face model cache.")

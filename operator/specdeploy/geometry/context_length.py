@@ -1,7 +1,7 @@
 """The longest context vLLM will serve for a config, derived the way vLLM derives it.
 
 Restates vllm/config/model.py `_get_and_verify_max_len` and the convertor's
-`derive_max_model_len_and_key` (vLLM 0.32.0): the smallest of the length keys (a
+`derive_max_model_len_and_key` (same in every supported release): the smallest of the length keys (a
 `model_max_length` wins outright), 2048 when none is present, times the RoPE scaling factor
 for scaling types that do not already count it in max_position_embeddings (not for Gemma 3)."""
 

@@ -1,7 +1,7 @@
 """Speculators-format drafts (e.g. RedHatAI's `*-speculator.eagle3`): the LLM layer sits in
 `transformer_layer_config` and vLLM renames the architecture per algorithm.
 
-Restates vLLM 0.32.0's vllm/transformers_utils/configs/speculators/{base,algos}.py: a config
+Restates vLLM's vllm/transformers_utils/configs/speculators/{base,algos}.py: a config
 with `speculators_config` is parsed by SpeculatorsConfig, whose algorithm updater picks the
 architecture vLLM loads (these drafts are not re-wrapped in EAGLEConfig)."""
 

@@ -118,6 +118,8 @@ def check_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts
     """Rules that hold for every parallel layout and every k."""
     target, draft = models.target, models.draft
     findings = _check_method(spec, facts)
+    if findings:
+        return findings  # every other rule is the method's; vLLM stops at the method too
     findings += _check_architectures(spec, target, draft, facts)
     findings += _check_vocab(spec, target, draft)
     findings += _check_max_model_len(spec, target)

@@ -1,0 +1,63 @@
+"""The facts the operator reads for the installed vLLM release must be that release's own.
+
+Regenerates the data in memory from the installed vLLM (the refresh script's own code path) and
+compares it with the committed `specdeploy/vllm/data/<version>.json`: a release whose data is
+stale, or that has no data file at all, fails here. Runs once per vLLM venv of the matrix."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "refresh_vllm_facts.py"
+
+vllm = pytest.importorskip("vllm")
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("refresh_vllm_facts", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def fresh() -> dict:
+    return _load_script().collect()
+
+
+def test_the_installed_release_has_a_rule_set() -> None:
+    from specdeploy.vllm import SUPPORTED_VERSIONS
+
+    assert vllm.__version__ in SUPPORTED_VERSIONS, f"vLLM {vllm.__version__} has no rule set: run {SCRIPT.name} and add it"
+
+
+def test_committed_facts_are_fresh(fresh: dict) -> None:
+    script = _load_script()
+    path = script.DATA_DIR / f"{fresh['vllm_version']}.json"
+    committed = json.loads(path.read_text())
+    for key in fresh:
+        if key == "architectures":
+            missing = sorted(set(fresh[key]) - set(committed[key]))
+            extra = sorted(set(committed[key]) - set(fresh[key]))
+            assert not missing and not extra, f"registry changed (+{missing} -{extra}): rerun {SCRIPT.name}"
+        assert committed[key] == fresh[key], f"{key} is stale for vLLM {fresh['vllm_version']}: rerun {SCRIPT.name}"
+    assert script.render(fresh) == path.read_text()
+
+
+def test_facts_answer_what_vllm_answers_live() -> None:
+    from vllm.config.speculative import SpeculativeConfig
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    from specdeploy.vllm import rule_set
+
+    facts = rule_set(vllm.__version__)
+    assert facts.version == vllm.__version__
+    assert all(facts.is_supported_architecture(a) for a in ModelRegistry.get_supported_archs())
+    assert not facts.is_supported_architecture("KimiK3DSpark5MLADraftModel")
+    assert set(facts.speculative_fields) == {f.name for f in SpeculativeConfig.__dataclass_fields__.values() if f.init}

@@ -1,0 +1,107 @@
+"""Which vLLM release judges a spec, and the rules that differ between the supported releases
+(each difference is also judged by that release's own code in tests/parity)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specdeploy.vllm import DEFAULT_VERSION, NEWEST_VERSION, SUPPORTED_VERSIONS, judging_version
+from specdeploy.vllm.versions import image_tag
+from tests.unit.test_validation import codes, judge
+
+LLAMA8, LLAMA1, EAGLE3 = "meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "specforge__llama3-8B-eagle3"
+
+
+@pytest.mark.parametrize(("image", "tag"), [
+    ("vllm/vllm-openai:v0.33.0", "v0.33.0"),
+    ("registry.example.com:5000/vllm/vllm-openai:v0.33.0-cu130", "v0.33.0-cu130"),
+    ("registry.example.com:5000/vllm/vllm-openai", None),
+    ("vllm/vllm-openai@sha256:" + "0" * 64, None),
+])
+def test_image_tag_ignores_registry_ports_and_digests(image: str, tag: str | None) -> None:
+    assert image_tag(image) == tag
+
+
+@pytest.mark.parametrize(("vllm_version", "image", "judged", "warned"), [
+    (None, "vllm/vllm-openai:v0.33.0", "0.33.0", False),
+    (None, "vllm/vllm-openai:0.32.0", "0.32.0", False),
+    (None, "vllm/vllm-openai:v0.32.0+cpu", "0.32.0", False),
+    ("0.33.0", "vllm/vllm-openai:v0.32.0", "0.33.0", False),      # vllmVersion wins over the tag
+    (None, "vllm/vllm-openai:latest", NEWEST_VERSION, True),
+    (None, "vllm/vllm-openai:v0.32.5", "0.32.0", True),            # between releases: the one below
+    (None, "vllm/vllm-openai:v0.20.0", SUPPORTED_VERSIONS[0], True),
+    (None, "vllm/vllm-openai:v0.33.0rc1", NEWEST_VERSION, True),   # a pre-release is not the release
+])
+def test_which_release_judges(vllm_version: str | None, image: str, judged: str, warned: bool) -> None:
+    facts, findings = judging_version(vllm_version, image)
+    assert facts.version == judged
+    assert [f.code for f in findings] == (["vllm-version-unknown"] if warned else [])
+    if warned:
+        assert judged in findings[0].message and findings[0].severity.value == "warning"
+
+
+def test_the_default_image_is_judged_by_its_own_release_without_a_warning() -> None:
+    evaluation = judge(LLAMA8, EAGLE3, "eagle3", k=3)
+    assert evaluation.vllm_version == DEFAULT_VERSION
+    assert "vllm-version-unknown" not in {f.code for f in evaluation.findings}
+
+
+def on(version: str, target: str, draft: str | None, method: str, k: int, extra: dict[str, Any]):
+    from specdeploy.api.spec import SpeculativeDeploymentSpec
+    from specdeploy.pipeline import ModelInputs, evaluate
+    from tests.conftest import load_config
+
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "vllmVersion": version, "target": {"model": "t/t"}, "parallelism": {"tensorParallelSize": 1},
+        "draft": {"method": method, "numSpeculativeTokens": k, **({"model": f"org/{draft}"} if draft else {}),
+                  "speculativeConfig": extra}})
+    return evaluate(spec, ModelInputs(load_config(target)), ModelInputs(load_config(draft)) if draft else None)
+
+
+@pytest.mark.parametrize(("version", "target", "draft", "method", "k", "extra", "expected"), [
+    ("0.33.0", LLAMA8, None, "ngram", 3, {"rejection_sample_method": "fly"}, set()),
+    ("0.32.0", LLAMA8, None, "ngram", 3, {"rejection_sample_method": "fly"}, {"speculative-config-type"}),
+    ("0.33.0", LLAMA8, None, "ngram", 1, {"rejection_sample_method": "fly"}, {"speculative-config-combination"}),
+    ("0.33.0", LLAMA8, None, "ngram", 3, {"rejection_sample_method": "fly", "fly_window_size": 3}, {"speculative-config-combination"}),
+    ("0.33.0", LLAMA8, None, "ngram", 3, {"fly_entropy_threshold": -1}, {"speculative-config-type"}),
+    ("0.33.0", LLAMA8, EAGLE3, "eagle3", 3, {"draft_lm_head_quantization": "fp8"}, set()),
+    ("0.32.0", LLAMA8, EAGLE3, "eagle3", 3, {"draft_lm_head_quantization": "fp8"}, {"speculative-config-unknown-key"}),
+    ("0.33.0", LLAMA8, LLAMA1, "draft_model", 3, {"draft_lm_head_quantization": "fp8"}, {"speculative-config-method"}),
+    ("0.33.0", LLAMA8, EAGLE3, "eagle3", 3, {"xpress_topc": 8}, {"speculative-config-method"}),
+    ("0.33.0", LLAMA8, LLAMA1, "draft_model", 3, {"use_heterogeneous_vocab": True, "use_local_argmax_reduction": True},
+     {"speculative-config-combination"}),
+    ("0.32.0", LLAMA8, LLAMA1, "draft_model", 3, {"use_heterogeneous_vocab": True, "use_local_argmax_reduction": True}, set()),
+    ("0.33.0", LLAMA8, EAGLE3, "eagle3", 3, {"disable_lookahead_block_hashes": True}, set()),
+    ("0.32.0", LLAMA8, EAGLE3, "eagle3", 3, {"suffix_decoding_max_tree_depth": None}, {"speculative-config-type"}),
+])
+def test_speculative_config_is_judged_by_the_release_that_runs(version, target, draft, method, k, extra, expected) -> None:
+    evaluation = on(version, target, draft, method, k, extra)
+    assert codes(evaluation) == expected, [f.message for f in evaluation.findings]
+    assert evaluation.vllm_version == version
+
+
+def test_an_xpress_topc_beyond_the_draft_vocabulary_is_refused() -> None:
+    xpress = {"model_type": "qwen3", "architectures": ["Qwen3XPressModel"], "num_attention_heads": 32, "num_key_value_heads": 8,
+              "num_hidden_layers": 1, "hidden_size": 4096, "vocab_size": 1000, "head_dim": 128}
+    from specdeploy.api.spec import SpeculativeDeploymentSpec
+    from specdeploy.pipeline import ModelInputs, evaluate
+    from tests.conftest import load_config
+
+    for topc, expected in ((8, set()), (5000, {"speculative-config-range"})):
+        spec = SpeculativeDeploymentSpec.model_validate({
+            "vllmVersion": "0.33.0", "target": {"model": "t/t"},
+            "draft": {"method": "dflash", "model": "d/d", "numSpeculativeTokens": 4, "speculativeConfig": {"xpress_topc": topc}}})
+        evaluation = evaluate(spec, ModelInputs(load_config("Qwen__Qwen3-8B")), ModelInputs(xpress))
+        assert {f.code for f in evaluation.findings if f.severity.value == "error"} == expected
+
+
+def test_step5_targets_get_an_mtp_module_only_from_the_release_that_has_one() -> None:
+    from specdeploy.vllm import rule_set
+    from specdeploy.vllm.mtp import mtp_module
+
+    config = {"model_type": "step5", "architectures": ["Step5ForCausalLM"], "num_nextn_predict_layers": 2}
+    assert mtp_module(config, config, rule_set("0.32.0")) is None
+    module = mtp_module(config, config, rule_set("0.33.0"))
+    assert (module.model_type, module.architecture, module.n_predict) == ("step5_mtp", "Step5MTP", 2)
