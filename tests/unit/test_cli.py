@@ -134,7 +134,7 @@ def _medusa_cr(tmp_path: Path, image: str, **extra: str) -> Path:
 def test_the_image_tag_picks_the_rules_medusa_is_gone_from_0_33(tmp_path: Path, image: str, code: int, version: str) -> None:
     result = run("plan", "-f", str(_medusa_cr(tmp_path, image)), "-o", "json")
     assert result.returncode == code, result.stdout + result.stderr
-    out = json.loads(result.stdout)
+    (out,) = json.loads(result.stdout)["results"]
     assert out["vllmVersion"] == version
     if code:
         (finding,) = [f for f in out["findings"] if f["severity"] == "error"]
@@ -148,7 +148,7 @@ def test_the_image_tag_picks_the_rules_medusa_is_gone_from_0_33(tmp_path: Path, 
                                    "vllm/vllm-openai:v0.99.0"])
 def test_an_image_with_no_rule_set_is_judged_by_the_newest_with_a_warning(tmp_path: Path, image: str) -> None:
     result = run("plan", "-f", str(_medusa_cr(tmp_path, image)), "-o", "json")
-    out = json.loads(result.stdout)
+    (out,) = json.loads(result.stdout)["results"]
     assert out["vllmVersion"] == "0.33.0"
     (warning,) = [f for f in out["findings"] if f["code"] == "vllm-version-unknown"]
     assert warning["severity"] == "warning" and warning["field"] == "spec.image" and warning["stage"] == "spec"
@@ -157,7 +157,7 @@ def test_an_image_with_no_rule_set_is_judged_by_the_newest_with_a_warning(tmp_pa
 def test_vllm_version_overrides_the_image_tag(tmp_path: Path) -> None:
     result = run("plan", "-f", str(_medusa_cr(tmp_path, "my-registry/vllm:prod", vllmVersion="0.32.0")), "-o", "json")
     assert result.returncode == 0, result.stdout
-    out = json.loads(result.stdout)
+    (out,) = json.loads(result.stdout)["results"]
     assert out["vllmVersion"] == "0.32.0" and not [f for f in out["findings"] if f["code"] == "vllm-version-unknown"]
 
 
@@ -175,7 +175,7 @@ def test_validate_judges_a_key_only_0_33_has_by_the_chosen_release(tmp_path: Pat
     result = run("plan", "-f", str(cr), "-o", "json")
     assert result.returncode == code, result.stdout
     if code:
-        assert json.loads(result.stdout)["findings"][0]["field"] == "spec.draft.speculativeConfig.draft_lm_head_quantization"
+        assert json.loads(result.stdout)["results"][0]["findings"][0]["field"] == "spec.draft.speculativeConfig.draft_lm_head_quantization"
     target_file, draft_file = tmp_path / "t.json", tmp_path / "d.json"
     target_file.write_text(json.dumps(target))
     draft_file.write_text(json.dumps(draft))

@@ -111,8 +111,9 @@ def envelope_findings(document: dict[str, Any]) -> list[Finding]:
 
 
 def is_bare_spec(document: Any) -> bool:
-    """A spec on its own (no apiVersion/kind/metadata/spec keys): the CLI's shorthand."""
-    return isinstance(document, dict) and not set(document) & set(OBJECT_KEYS)
+    """The CLI's shorthands, which no one would `kubectl apply`: a spec on its own, or a
+    document holding only `spec:`. Anything with apiVersion, kind or metadata is an object."""
+    return isinstance(document, dict) and (not set(document) & set(OBJECT_KEYS) or set(document) == {"spec"})
 
 
 def parse_object(document: Any, *, default_namespace: str = "default", namespace_override: str | None = None) -> ParsedObject:
@@ -120,7 +121,7 @@ def parse_object(document: Any, *, default_namespace: str = "default", namespace
     if not isinstance(document, dict):
         return ParsedObject("", default_namespace, None, (_spec_error("object-invalid", "", f"a document must be a mapping, got {type(document).__name__}"),))
     if is_bare_spec(document):
-        spec, findings = parse_spec(document)
+        spec, findings = parse_spec(spec_of_document(document))
         return ParsedObject("specdeploy", namespace_override or default_namespace, spec, tuple(findings))
     findings = envelope_findings(document)
     metadata = document.get("metadata")
