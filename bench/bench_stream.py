@@ -3,13 +3,15 @@
 repeated under distinct names, each with its configs inline or in a ConfigMap of the stream.
 
 Usage: python bench/bench_stream.py [--count 100] [--runs 5]
-Prints one Markdown row; bench/RESULTS.md records a run on the project's 2-core machine."""
+Prints one Markdown row: wall time, CPU time (user + sys of the process: what a quiet
+machine's wall time approaches, and less sensitive to other load), the load average; bench/RESULTS.md records a run on the project's 2-core machine."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -46,15 +48,18 @@ def main() -> None:
         path = Path(tmp) / "stream.yaml"
         path.write_text(stream(args.count))
         size_kib = path.stat().st_size // 1024
-        times, code, summary = [], 0, ""
+        times, cpu, code, summary = [], [], 0, ""
         for _ in range(args.runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             result = subprocess.run([sys.executable, "-m", "specdeploy.cli", "plan", "-f", str(path), "-o", "json"],
                                     capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
             times.append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             code, summary = result.returncode, json.loads(result.stdout).get("summary", result.stderr)
     print(f"| plan -f, {args.count} CRs ({size_kib} KiB) | {statistics.median(times):.2f} s "
-          f"(median of {args.runs}; min {min(times):.2f} s) | exit {code}: {summary} |")
+          f"(median of {args.runs}; min {min(times):.2f} s) | {statistics.median(cpu):.2f} s | {os.getloadavg()[0]:.1f} | exit {code}: {summary} |")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ records a run on the project's 2-core machine."""
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,10 +43,14 @@ SpeculativeConfig(target_model_config=target, target_parallel_config=parallel, m
 FLOOR = "import transformers.models.llama.configuration_llama"
 
 
-def seconds(command: list[str]) -> tuple[float, int]:
+def seconds(command: list[str]) -> tuple[float, float, int]:
+    """Wall and CPU (user + sys) seconds of one fresh process, and its exit status."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     code = subprocess.run(command, capture_output=True, text=True).returncode
-    return time.perf_counter() - start, code
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, code
 
 
 def as_model_dir(config: Path, parent: Path) -> str:
@@ -59,7 +65,7 @@ def main() -> None:
     parser.add_argument("--vllm-python", default=None)
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
-    print(f"| pair | specdeploy validate | floor: `{FLOOR}` | vLLM ModelConfig+SpeculativeConfig | vLLM / ours |")
+    print(f"| pair | specdeploy validate | floor: `{FLOOR}` | vLLM ModelConfig+SpeculativeConfig | vLLM / ours (wall; CPU) |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for label, target, draft, method, tp, k in PAIRS:
@@ -69,17 +75,21 @@ def main() -> None:
             vllm_cmd = ([args.vllm_python, "-c", VLLM_CHECK, as_model_dir(CONFIGS / target, Path(tmp)), as_model_dir(CONFIGS / draft, Path(tmp)),
                          method, str(tp), str(k)] if args.vllm_python else None)
             times: dict[str, list[float]] = {"ours": [], "floor": [], "vllm": []}
+            cpu: dict[str, list[float]] = {"ours": [], "floor": [], "vllm": []}
             codes: dict[str, int] = {}
             for _ in range(args.runs):
                 for name, command in (("ours", ours_cmd), ("floor", floor_cmd), ("vllm", vllm_cmd)):
                     if command is not None:
-                        elapsed, codes[name] = seconds(command)
+                        elapsed, used, codes[name] = seconds(command)
                         times[name].append(elapsed)
+                        cpu[name].append(used)
             med = {name: statistics.median(values) for name, values in times.items() if values}
-            theirs = f"{med['vllm']:.2f} s (exit {codes['vllm']})" if "vllm" in med else "not run (no --vllm-python)"
-            ratio = f"{med['vllm'] / med['ours']:.1f}x (floor: {med['vllm'] / med['floor']:.1f}x)" if "vllm" in med else "-"
-            print(f"| {label} | {med['ours']:.2f} s (exit {codes['ours']}) | {med['floor']:.2f} s | {theirs} | {ratio} |")
-    print(f"\nmedians of {args.runs} interleaved runs each")
+            mcpu = {name: statistics.median(values) for name, values in cpu.items() if values}
+            theirs = f"{med['vllm']:.2f} s, CPU {mcpu['vllm']:.2f} s (exit {codes['vllm']})" if "vllm" in med else "not run (no --vllm-python)"
+            ratio = (f"{med['vllm'] / med['ours']:.1f}x; {mcpu['vllm'] / mcpu['ours']:.1f}x (floor: {med['vllm'] / med['floor']:.1f}x; "
+                     f"{mcpu['vllm'] / mcpu['floor']:.1f}x)") if "vllm" in med else "-"
+            print(f"| {label} | {med['ours']:.2f} s, CPU {mcpu['ours']:.2f} s (exit {codes['ours']}) | {med['floor']:.2f} s, CPU {mcpu['floor']:.2f} s | {theirs} | {ratio} |")
+    print(f"\nmedians of {args.runs} interleaved runs each; load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
