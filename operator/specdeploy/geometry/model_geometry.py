@@ -6,6 +6,7 @@ Sources for each derivation: vllm/transformers_utils/model_arch_config_convertor
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,7 +168,28 @@ def _architectures(config: Any, text: Any, model_type: str) -> tuple[str, ...]:
     return (base,) if isinstance(base, str) else ()
 
 
+# Same config, same release, same field -> same answer: a GitOps stream names one model in many
+# CRs, and the operator re-reads the same configs on every reconcile. Bounded; Geometry is frozen.
+_MEMO: dict[tuple[str, str, str], tuple[Geometry | None, tuple[Finding, ...]]] = {}
+_MEMO_SIZE = 256
+
+
 def read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> tuple[Geometry | None, list[Finding]]:
+    """`_read_geometry`, memoised on the config's canonical JSON (a fresh findings list each call)."""
+    try:
+        key = (json.dumps(raw, sort_keys=True, allow_nan=True), field_prefix, facts.version)
+    except (TypeError, ValueError):  # not JSON-shaped: judge it uncached
+        return _read_geometry(raw, field_prefix, facts)
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.clear()
+        geometry, findings = _read_geometry(raw, field_prefix, facts)
+        _MEMO[key] = (geometry, tuple(findings))
+    geometry, findings = _MEMO[key]
+    return geometry, list(findings)
+
+
+def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> tuple[Geometry | None, list[Finding]]:
     """Geometry of one config.json as `facts`' vLLM release reads it; findings (stage `config`)
     name `field_prefix`.<key> for what is wrong."""
     if not isinstance(raw, dict):
