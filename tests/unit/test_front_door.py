@@ -174,3 +174,18 @@ def test_version_and_every_help_say_what_they_do() -> None:
         assert result.returncode == 0 and "-o" in result.stdout, command
         description = result.stdout.split("\n\n")[1]
         assert len(description.split()) >= 10, (command, description)
+
+
+@pytest.mark.parametrize(("name", "code", "verdict"), [
+    ("api-version-v9", "object-invalid", "invalid"),
+    ("name-60-chars", "name-unusable", "invalid"),
+    ("replicas-string", "spec-invalid", "invalid"),
+    ("configmap-not-json", "config-invalid", "invalid"),
+    ("configmap-missing", "config-unavailable", "unjudged"),
+    ("hub-repo-offline", "config-unavailable", "unjudged"),
+])
+def test_each_stream_finding_code_is_reached(capsys: pytest.CaptureFixture[str], name: str, code: str, verdict: str) -> None:
+    exit_code, out, _ = plan(capsys, BAD[[p.stem for p in BAD].index(name)], "-o", "json")
+    (result,) = json.loads(out)["results"]
+    assert result["verdict"] == verdict and exit_code == (1 if verdict == "invalid" else 2)
+    assert code in {f["code"] for f in result["findings"]}
