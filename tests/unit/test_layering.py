@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"render"},
     {"pipeline"},
     {"sources"},
-    {"controller", "cli", "demo", "__main__"},
+    {"controller", "cli", "demo", "__main__", "stream"},  # stream: plan -f's shell over sources + pipeline
 ]
 PURE_CORE = {"findings", "vllm", "api", "geometry", "validation", "planning", "render", "pipeline"}
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}

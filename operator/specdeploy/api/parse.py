@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Stage, error
 
 
@@ -94,8 +94,6 @@ def _name_findings(field: str, value: Any, *, namespace: bool) -> list[Finding]:
 
 def envelope_findings(document: dict[str, Any]) -> list[Finding]:
     """apiVersion, kind and the top-level keys, as the API server checks them."""
-    from specdeploy.api.spec import API_GROUP, API_VERSION, KIND
-
     expected = f"{API_GROUP}/{API_VERSION}"
     findings = []
     if document.get("apiVersion") != expected:
