@@ -77,8 +77,9 @@ def test_bad_spec_field_exits_1_naming_the_field(tmp_path: Path) -> None:
                   "spec:\n  target: {model: a/b}\n  draft: {method: eagle9, model: c/d}\n  replicas: -1\n")
     result = run("plan", "-f", str(cr), "-o", "json")
     assert result.returncode == 1
-    fields = {f["field"] for f in json.loads(result.stdout)["results"][0]["findings"]}
-    assert {"spec.draft.method", "spec.replicas"} <= fields
+    findings = json.loads(result.stdout)["results"][0]["findings"]
+    assert {"spec.draft.method", "spec.replicas"} <= {f["field"] for f in findings}
+    assert {f["stage"] for f in findings} == {"spec"}
 
 
 def test_rollout_limits_must_be_counts_or_percentages(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ class FindingStatus(SpecModel):
 
     code: str = Field(description="Stable rule identifier.", max_length=128)
     severity: Literal["error", "warning", "info"] = Field(description="error blocks the rollout; warning and info do not.")
+    stage: Literal["spec", "config", "pair", "load", "plan"] | None = Field(None, description="The check that produced it: spec, config, pair and load findings decide Validated; plan findings decide Planned.")
     field: str = Field(description="Spec path the finding is about (what a user would edit).", max_length=512)
     message: str = Field(description="What is wrong and how to fix it.", max_length=4096)
 

@@ -109,7 +109,7 @@ class Reconciler:
             verdicts["Validated"] = Verdict("Unknown", "ConfigUnavailable", f"{exc.field}: {exc.message} (retrying)")
             return finish(retry=f"{exc.field}: {exc.message}")
         except SourceInvalid as exc:
-            desired["findings"] = [{"code": "config-invalid", "severity": "error", "field": exc.field, "message": exc.message}]
+            desired["findings"] = [{"code": "config-invalid", "severity": "error", "stage": "config", "field": exc.field, "message": exc.message}]
             verdicts["Validated"] = Verdict("False", "ConfigInvalid", f"{exc.field}: {exc.message}")
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "the model config could not be read")
             return finish()
