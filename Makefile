@@ -42,6 +42,8 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
 	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'pytest>=8' 'pytest-asyncio>=1.0' 'PyYAML>=6'
+	# The e2e telemetry test runs the operator (kopf) against kmock, scraping a real vLLM server.
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'kopf>=1.45,<2' 'kubernetes>=30' 'kmock==0.8'
 	@echo "==> $(VLLM_VENV) ready"
 	touch $@
 

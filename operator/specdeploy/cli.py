@@ -1,5 +1,5 @@
 """specdeploy: check a vLLM speculative-decoding pair before any GPU is taken, plan its
-layout, and run the Kubernetes operator that serves it.
+layout, judge a running server's acceptance, and run the Kubernetes operator that serves it.
 
 Exit status (scripts rely on it): 0 valid, 1 invalid (the findings say why), 2 usage or I/O
 error (a bad flag, an unreadable file, a config that could not be read)."""
@@ -298,10 +298,92 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_VALID
 
 
+# ---- advise (issue 9: speculation telemetry) ---------------------------------------------------
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}")
+    return number
+
+
+def _non_negative(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {number}")
+    return number
+
+
+def _add_advise(sub: Any) -> None:
+    parser = sub.add_parser(
+        "advise", help="acceptance, predicted speedup per k and the recommended k from a vLLM /metrics text",
+        description="Read a vLLM server's /metrics (a saved text, stdin, or its URL) and report the draft's acceptance, "
+                    "the predicted speedup for each k and the recommended k. Exit 1 when speculation is judged "
+                    "ineffective (the operator's SpeculationEffective condition would be False).")
+    parser.add_argument("--metrics", required=True, help="a saved /metrics text ('-' for stdin) or the URL of a vLLM server's /metrics")
+    parser.add_argument("--method", choices=METHODS, help="the server's speculative method (dflash/dspark draft all positions in one pass; ngram/suffix cost nothing)")
+    parser.add_argument("--draft-cost", type=_non_negative, help="cost of one draft pass relative to one target step (default: 0 for ngram/suffix, else 0.1)")
+    parser.add_argument("--num-speculative-tokens", type=_positive_int, help="the k the server runs (default: the positions in the metrics)")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (default text)")
+    parser.set_defaults(func=_advise)
+
+
+def _advise(args: argparse.Namespace) -> int:
+    """The telemetry's analysis of one /metrics text (counted since the server started).
+    Exit 1 when speculation is judged ineffective (SpeculationEffective would be False)."""
+    import urllib.error
+    import urllib.request
+
+    from specdeploy.telemetry import analyse, parse_counters
+    from specdeploy.telemetry.model import DEFAULT_DRAFT_COST, LOOKUP_DRAFTERS
+    from specdeploy.telemetry.report import summary
+
+    source = args.metrics
+    try:
+        if source.startswith(("http://", "https://")):
+            with urllib.request.urlopen(source, timeout=10) as response:
+                text = response.read().decode("utf-8", errors="replace")
+        else:
+            text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    except urllib.error.URLError as exc:
+        raise UsageError("--metrics", f"{source}: {exc.reason}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError("--metrics", f"cannot read {source}: {exc}") from None
+    counters = parse_counters(text)
+    if args.draft_cost is not None:
+        cost, cost_source = args.draft_cost, "given (--draft-cost)"
+    elif args.method in LOOKUP_DRAFTERS:
+        cost, cost_source = 0.0, f"{args.method} drafts by lookup, no model pass"
+    else:
+        cost, cost_source = DEFAULT_DRAFT_COST, "assumed (pass --draft-cost: draft weights per GPU / target weights per GPU)"
+    analysis = analyse(counters, method=args.method, cost=cost, cost_source=cost_source, k=args.num_speculative_tokens)
+    verdict = analysis.verdict
+    report = {"speculationEffective": {"status": verdict.status, "reason": verdict.reason, "message": verdict.message}, **summary(analysis)}
+
+    def text_report() -> str:
+        lines = [f"SpeculationEffective={verdict.status} ({verdict.reason}): {verdict.message}"]
+        if analysis.predictions:
+            best = analysis.recommended
+            lines += [f"draft cost {analysis.cost:.3f} of a target step: {analysis.cost_source}", "   k  tokens/step  speedup"]
+            for p in analysis.predictions:
+                marks = ("  <- in force" if p.k == analysis.k else "") + ("  <- recommended" if best and p.k == best.k else "")
+                lines.append(f"  {p.k:2d}  {p.expected_tokens:11.3f}  {p.speedup:6.3f}x{' (extrapolated)' if p.extrapolated else ''}{marks}")
+        return "\n".join(lines) + "\n"
+
+    _emit(args.output, report, text_report)
+    return EXIT_INVALID if verdict.status == "False" else EXIT_VALID
+
+
 # ---- entry point -------------------------------------------------------------------------------
 
 # One function per subcommand adds its parser; a new subcommand is one more entry here.
-SUBCOMMANDS: list[Callable[[Any], None]] = [_add_validate, _add_plan, _add_crd, _add_run]
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_validate, _add_plan, _add_advise, _add_crd, _add_run]
 
 
 class _Version(argparse.Action):

@@ -63,9 +63,12 @@ class Evaluation:
         }
 
 
-def evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: ModelInputs | None) -> Evaluation:
+def evaluate(
+    spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: ModelInputs | None, *, k_in_force: int | None = None
+) -> Evaluation:
     """Validate the pair and plan its layout. `draft` is None for ngram/suffix (and mtp, which
-    reads the target's own MTP layers)."""
+    reads the target's own MTP layers). `k_in_force`: with numSpeculativeTokens auto, the k the
+    telemetry chose (status.speculation), which the plan and --speculative-config then carry."""
     facts, findings = judging_version(spec.vllm_version, spec.image)
     extra_args = check_extra_args(spec, facts)
     models, model_findings = read_models(spec, target, draft, facts)
@@ -73,7 +76,7 @@ def evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: ModelI
     if models is None:
         return Evaluation(tuple(findings + extra_args), None, facts.version)
     findings += check_pair(spec, models, facts)
-    k, k_findings = resolve_num_speculative_tokens(spec, models)
+    k, k_findings = resolve_num_speculative_tokens(spec, models, k_in_force)
     findings += k_findings + check_speculative_config(spec, k, models, facts)
     if k is None or has_errors(findings):
         # No plan for an invalid pair, but every reason at once: vLLM's layout rules too.

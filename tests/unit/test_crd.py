@@ -96,6 +96,7 @@ def test_int_or_string_fields() -> None:
     for node in (
         props["parallelism"]["properties"]["tensorParallelSize"],
         props["draft"]["properties"]["tensorParallelSize"],
+        props["draft"]["properties"]["numSpeculativeTokens"],
         props["rollout"]["properties"]["maxSurge"],
     ):
         assert node["x-kubernetes-int-or-string"] is True
@@ -156,6 +157,11 @@ CEL_SAMPLES = [
     ("parallelism.pipelineParallelSize", -1, False, True),
     ("draft.tensorParallelSize", 1, True, True),
     ("draft.tensorParallelSize", "Auto", False, True),
+    ("draft.numSpeculativeTokens", 4, True, True),
+    ("draft.numSpeculativeTokens", "auto", True, True),
+    ("draft.numSpeculativeTokens", 0, False, True),
+    ("draft.numSpeculativeTokens", 65, False, True),
+    ("draft.numSpeculativeTokens", "four", False, True),
     ("target", {"model": "a/b", "config": {}}, True, True),
     ("target", {"model": "a/b", "config": {}, "configMapRef": {"name": "c"}}, False, True),
     ("draft", {**DRAFT, "configMapRef": {"name": "c"}}, True, True),

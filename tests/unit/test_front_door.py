@@ -169,7 +169,7 @@ def test_version_and_every_help_say_what_they_do() -> None:
     exe = [sys.executable, "-m", "specdeploy.cli"]
     version = subprocess.run([*exe, "--version"], capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("specdeploy ")
-    helps = {c: subprocess.run([*exe, c, "--help"], capture_output=True, text=True, timeout=60) for c in ("validate", "plan", "crd", "run")}
+    helps = {c: subprocess.run([*exe, c, "--help"], capture_output=True, text=True, timeout=60) for c in ("validate", "plan", "advise", "crd", "run")}
     for command, result in helps.items():
         assert result.returncode == 0 and "-o" in result.stdout, command
         description = result.stdout.split("\n\n")[1]

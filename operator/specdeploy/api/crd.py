@@ -65,6 +65,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     ],
     "draft.model": [_NO_SPACE],
     "draft.tensorParallelSize": _INT_OR_AUTO,
+    "draft.numSpeculativeTokens": [{"rule": "type(self) == int ? self >= 1 && self <= 64 : self == 'auto'", "message": "must be 'auto' or an integer from 1 to 64"}],
     "parallelism.tensorParallelSize": _INT_OR_AUTO,
     "parallelism.pipelineParallelSize": _INT_OR_AUTO,
     "image": [_NOT_EMPTY, _NO_SPACE],

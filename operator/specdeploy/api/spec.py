@@ -27,6 +27,8 @@ Method = Literal[
 ]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 
+MAX_NUM_SPECULATIVE_TOKENS = 64
+
 # Value rules the CRD states in CEL (api/crd.py builds its rules from these same patterns), restated
 # here so `specdeploy plan` and the webhook refuse what the API server would.
 NO_SPACE_RE = r"\s"
@@ -123,7 +125,7 @@ class DraftSpec(SpecModel):
     config: dict[str, Any] | None = Field(None, description="The draft's config.json inline.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     config_map_ref: ConfigMapRef | None = Field(None, description="Read the draft's config.json from this ConfigMap.")
     weights_gi_b: float | None = Field(None, alias="weightsGiB", gt=0, description="Draft weight size in GiB, overriding the estimate.")
-    num_speculative_tokens: int | None = Field(None, ge=1, le=64, description="Tokens proposed per step (k). Default: the draft config's block_size (dspark) or n_predict; required otherwise.")
+    num_speculative_tokens: IntOrAuto | None = Field(None, description="Tokens proposed per step (k), 1-64. Default: the draft config's block_size (dspark) or n_predict; required otherwise. auto: start from that default (or 3) and move to the k the goodput model recommends from the measured acceptance (status.speculation), at most once an hour, through a normal rollout.")
     tensor_parallel_size: IntOrAuto = Field("auto", description="Draft tensor parallel size: auto, 1, or equal to the target's. auto picks the target's when the draft's heads divide it, else 1.")
     speculative_config: dict[str, Any] = Field(default_factory=dict, description="Further vLLM SpeculativeConfig keys passed through (e.g. attention_backend, draft_sample_method). Keys the operator owns are refused.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
 
@@ -131,6 +133,13 @@ class DraftSpec(SpecModel):
     @classmethod
     def _positive_tp(cls, value: IntOrAuto) -> IntOrAuto:
         return check_int_or_auto(value)
+
+    @field_validator("num_speculative_tokens")
+    @classmethod
+    def _k_range(cls, value: IntOrAuto | None) -> IntOrAuto | None:
+        if value is not None and value != "auto" and not 1 <= value <= MAX_NUM_SPECULATIVE_TOKENS:
+            raise ValueError(f"must be 'auto' or an integer from 1 to {MAX_NUM_SPECULATIVE_TOKENS}, got {value}")
+        return value
 
     @model_validator(mode="after")
     def _model_needed(self) -> "DraftSpec":

@@ -15,7 +15,8 @@ from specdeploy.api.spec import SpecModel
 
 # Reconciling and Stalled are kstatus's own types (abnormal-true): Flux reads them with no
 # configuration, while Argo CD and `kubectl wait` read Ready.
-ConditionType = Literal["Validated", "Planned", "Progressing", "Available", "Ready", "Reconciling", "Stalled"]
+# SpeculationEffective comes from the acceptance vLLM reports (telemetry), not from the spec.
+ConditionType = Literal["Validated", "Planned", "Progressing", "Available", "Ready", "Reconciling", "Stalled", "SpeculationEffective"]
 CONDITION_TYPES: tuple[str, ...] = ConditionType.__args__  # type: ignore[attr-defined]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -23,7 +24,7 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 class Condition(SpecModel):
     """One observation in the standard Kubernetes condition shape."""
 
-    type: ConditionType = Field(description="Validated, Planned, Progressing, Available, Ready (the summary), or the kstatus pair Reconciling and Stalled.")
+    type: ConditionType = Field(description="Validated, Planned, Progressing, Available, Ready (the summary), the kstatus pair Reconciling and Stalled, or SpeculationEffective (from the pods' acceptance counters).")
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase machine-readable reason for the last transition.", max_length=1024)
     message: str = Field("", description="Human-readable details.", max_length=32768)
@@ -41,12 +42,52 @@ class FindingStatus(SpecModel):
     message: str = Field(description="What is wrong and how to fix it.", max_length=4096)
 
 
+class SkippedPod(SpecModel):
+    """A serving pod whose /metrics could not be read this interval, and why."""
+
+    pod: str = Field(description="Pod name.", max_length=253)
+    reason: str = Field(description="Why its metrics were skipped (not ready, no IP, timeout, no spec-decode counters, ...).", max_length=1024)
+
+
+class KPrediction(SpecModel):
+    """The goodput model's prediction for one k."""
+
+    k: int = Field(ge=1, description="Tokens proposed per step.")
+    expected_tokens: float = Field(description="Expected tokens per target step: 1 + the sum of the first k per-position acceptances.")
+    speedup: float = Field(description="Predicted decoding speedup over no speculation (1.0 = no gain).")
+    extrapolated: bool = Field(False, description="k lies beyond the positions vLLM counted; its acceptance is extrapolated conservatively.")
+
+
+class SpeculationStatus(SpecModel):
+    """Acceptance as vLLM counted it on the serving pods, over a sliding window, and what
+    the goodput model makes of it. Written only when the counters move."""
+
+    drafts: int = Field(ge=0, description="Drafts proposed in the window (vllm:spec_decode_num_drafts_total), all pods.")
+    draft_tokens: int = Field(ge=0, description="Draft tokens proposed (vllm:spec_decode_num_draft_tokens_total).")
+    accepted_tokens: int = Field(ge=0, description="Draft tokens the target accepted (vllm:spec_decode_num_accepted_tokens_total).")
+    acceptance_rate: float | None = Field(None, description="acceptedTokens / draftTokens. Falls with k by construction: compare k by predictedSpeedup instead.")
+    mean_acceptance_length: float | None = Field(None, description="Tokens per target step: 1 + acceptedTokens / drafts.")
+    per_position_acceptance: list[float] = Field(default_factory=list, max_length=64, description="Share of drafts whose first i+1 tokens were accepted, per position i.")
+    window: str = Field(description="Length of the sliding window the counts cover, e.g. 600s.", max_length=32)
+    observed_at: str = Field(description="When the counters last moved and these values were computed (RFC 3339).", max_length=64, json_schema_extra={"format": "date-time"})
+    pods: int = Field(0, ge=0, description="Serving pods whose metrics were read in the last scrape.")
+    skipped_pods: list[SkippedPod] = Field(default_factory=list, max_length=64, description="Serving pods whose metrics could not be read, with the reason.")
+    draft_cost: float | None = Field(None, description="Cost of one draft pass relative to one target step, used by the goodput model.")
+    draft_cost_source: str | None = Field(None, description="Where draftCost comes from.", max_length=512)
+    predicted_speedup: float | None = Field(None, description="Predicted speedup at the k in force.")
+    predictions: list[KPrediction] = Field(default_factory=list, max_length=66, description="Predicted speedup per k.")
+    recommended_num_speculative_tokens: int | None = Field(None, ge=1, description="The k with the highest predicted speedup (set once enough drafts are counted).")
+    num_speculative_tokens: int | None = Field(None, ge=1, description="The k in force (with numSpeculativeTokens: auto, the operator's choice).")
+    num_speculative_tokens_reason: str | None = Field(None, description="Why that k is in force.", max_length=1024)
+    num_speculative_tokens_changed_at: str | None = Field(None, description="When auto mode last changed k (it changes k at most once an hour).", max_length=64, json_schema_extra={"format": "date-time"})
+
+
 class SpeculativeDeploymentStatus(SpecModel):
     """Observed state: verdict, plan, and the workload's readiness."""
 
     observed_generation: int | None = Field(None, ge=0, description="The .metadata.generation the operator last acted on.")
     # listType map keyed by type: one condition per type, and server-side apply merges by type.
-    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Validated, Planned, Progressing, Available and Ready.",
+    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Validated, Planned, Progressing, Available, Ready, the kstatus pair, and SpeculationEffective.",
                                         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     plan: dict[str, Any] | None = Field(None, description="The parallelism and memory plan with every decision explained (same shape as `specdeploy plan`).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     findings: list[FindingStatus] = Field(default_factory=list, max_length=256, description="Validation findings for the current spec.")
@@ -55,3 +96,4 @@ class SpeculativeDeploymentStatus(SpecModel):
     selector: str | None = Field(None, description="Label selector of the serving pods (scale subresource, for HPA/KEDA).", max_length=1024)
     endpoint: str | None = Field(None, description="In-cluster URL of the OpenAI-compatible API.", max_length=512)
     workload: str | None = Field(None, description="The workload serving the model, as Kind/name.", max_length=512)
+    speculation: SpeculationStatus | None = Field(None, description="Acceptance counted by vLLM on the serving pods, and the goodput model's verdict and recommended k.")

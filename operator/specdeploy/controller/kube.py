@@ -3,7 +3,7 @@
 It sends requests through the official client's `ApiClient` (auth, TLS, kubeconfig or
 in-cluster config) but builds the paths itself: the typed APIs of kubernetes 37 validate
 bodies client-side and know nothing of LeaderWorkerSet, while the operator only needs
-get / create / merge-patch on four kinds. Every call is checked against `PERMISSIONS`,
+get / list / create / merge-patch on a few kinds. Every call is checked against `PERMISSIONS`,
 so the chart's RBAC and the code cannot drift apart. Writes are create-or-merge-patch (no
 server-side apply: the emulator used in tests has none); swapping in SSA is local to here.
 """
@@ -60,12 +60,14 @@ KINDS: dict[str, Kind] = {
     "PodDisruptionBudget": Kind("policy", "v1", "poddisruptionbudgets"),
     "ConfigMap": Kind("", "v1", "configmaps"),
     "Secret": Kind("", "v1", "secrets"),
+    "Pod": Kind("", "v1", "pods"),
+    "Event": Kind("", "v1", "events"),
     "SpeculativeDeployment": Kind(API_GROUP, API_VERSION, PLURAL),
 }
 
 
 class Kube:
-    """get (None on 404), create, merge_patch, plus the two reads the sources need."""
+    """get (None on 404), list, create, merge_patch, plus the two reads the sources need."""
 
     def __init__(self, api_client: ApiClient, *, read_secrets: bool = False):
         self.api_client = api_client
@@ -74,6 +76,11 @@ class Kube:
     # -- verbs ------------------------------------------------------------------------------
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self._call("GET", kind, "get", namespace, name, missing_ok=True)
+
+    def list(self, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """The objects of `kind` in `namespace` matching the selector (the telemetry's pods)."""
+        listed = self._call("GET", kind, "list", namespace, None, query={"labelSelector": label_selector})
+        return list((listed or {}).get("items") or [])
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind, namespace = obj["kind"], obj["metadata"]["namespace"]
@@ -115,6 +122,7 @@ class Kube:
         body: dict[str, Any] | None = None,
         subresource: str | None = None,
         missing_ok: bool = False,
+        query: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
         kind = KINDS[kind_name]
         resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
@@ -126,6 +134,7 @@ class Kube:
         _, url, headers, data, _ = self.api_client.param_serialize(
             method=method,
             resource_path=kind.path(namespace, name, subresource),
+            query_params=list((query or {}).items()),
             header_params=headers,
             body=body,
             auth_settings=["BearerToken"],

@@ -5,7 +5,8 @@ Handlers are thin: they take the client from `memo`, call `Reconciler`, write th
 changes through kopf's `patch` (or the status subresource, for the mirror), post Events and
 turn a transient failure into `kopf.TemporaryError`. There is no timer, daemon or delete
 handler, so kopf adds no finalizer: deleting the resource never waits for the operator, and
-the children go with it through their ownerReferences.
+the children go with it through their ownerReferences. The telemetry (pods' /metrics ->
+status.speculation) is one operator-wide loop, registered by `telemetry.register`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from specdeploy.controller import webhook
+from specdeploy.controller import telemetry
 from specdeploy.controller.kube import Kube
 from specdeploy.controller.reconcile import Reconciler, Result
 from specdeploy.render.labels import MANAGED_BY, OWNER_LABEL
@@ -124,6 +126,7 @@ def mirror_leader_worker_set(body: kopf.Body, type: str | None, memo: kopf.Memo,
 
 
 webhook.register(registry)
+telemetry.register(registry)
 
 
 def run(

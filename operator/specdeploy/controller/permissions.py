@@ -34,6 +34,9 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("policy", "poddisruptionbudgets", ("get", "create", "patch")),
     # Model configs given as spec.target.configMapRef / spec.draft.configMapRef.
     Permission("", "configmaps", ("get",)),
+    # The serving pods: the telemetry lists them for each ready leader pod's IP and reads its
+    # /metrics there (list only: it never reads one pod by name).
+    Permission("", "pods", ("list",)),
     # Events for every condition transition (kopf posts them to core/v1 events).
     Permission("", "events", ("create",)),
 )

@@ -115,7 +115,7 @@ class Reconciler:
             return finish()
 
         # 3. evaluate (validation + plan)
-        evaluation = evaluate(spec, target, draft)
+        evaluation = evaluate(spec, target, draft, k_in_force=_k_in_force(previous))
         desired["findings"] = [f.to_dict() for f in evaluation.findings]
         def summary(errors: list) -> str:
             return f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
@@ -200,6 +200,14 @@ class Reconciler:
         if workload is not None:
             desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
         return Result(_changes(previous, desired), _events(old_conditions, conditions))
+
+
+def _k_in_force(status: Mapping[str, Any]) -> int | None:
+    """With numSpeculativeTokens auto: the k the telemetry chose (it stamps when it did);
+    `evaluate` ignores it for a spec that sets k itself."""
+    speculation = status.get("speculation") or {}
+    k = speculation.get("numSpeculativeTokens")
+    return k if isinstance(k, int) and speculation.get("numSpeculativeTokensChangedAt") else None
 
 
 def _owner_reference(body: Mapping[str, Any]) -> dict[str, Any]:

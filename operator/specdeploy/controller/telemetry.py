@@ -1,0 +1,357 @@
+"""The scraper: every interval, read the /metrics of each ready serving pod (the leader of each
+LeaderWorkerSet group) at its IP, and write `status.speculation` plus the
+SpeculationEffective condition when the counters moved.
+
+One loop for every SpeculativeDeployment the operator sees, not a kopf timer per object: kopf
+puts a finalizer on objects with timers or daemons, and this operator keeps deletion free of
+finalizers (docs/install.md). The objects come from a watch-event handler; the loop runs as an
+asyncio task from startup to cleanup and does its blocking I/O in a worker thread.
+
+The rules (parsing, the window, the goodput model, the verdict) are in `specdeploy.telemetry`;
+this module only fetches, remembers the window between scrapes, and writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import kopf
+
+from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
+from specdeploy.api.status import Condition
+from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, selector_labels, selector_string
+from specdeploy.telemetry import Window, analyse, parse_counters
+from specdeploy.telemetry.auto_k import KChange, decide_k
+from specdeploy.telemetry.metrics import MetricsError
+from specdeploy.telemetry.model import Analysis, draft_cost
+from specdeploy.telemetry.report import speculation_status
+
+INTERVAL_ENV = "SPECDEPLOY_TELEMETRY_INTERVAL_S"
+WINDOW_ENV = "SPECDEPLOY_TELEMETRY_WINDOW_S"
+DEFAULT_INTERVAL_S = 60.0
+DEFAULT_WINDOW_S = 600.0
+SCRAPE_TIMEOUT_S = 3.0  # a pod that cannot answer /metrics in 3 s is skipped, not waited for
+MAX_PARALLEL_SCRAPES = 8
+CONDITION = "SpeculationEffective"
+
+Fetch = Callable[[str], str]
+
+
+def fetch_metrics(url: str) -> str:
+    """GET a /metrics text with a short timeout (connect and each read)."""
+    with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
+        return response.read().decode("utf-8", errors="replace")
+
+
+def _utc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def scrape_targets(pods: list[Mapping[str, Any]]) -> list[tuple[str, str | None, str | None]]:
+    """(pod, metrics URL or None, why skipped) for the pods that serve HTTP: every pod of a
+    Deployment, only the leader (worker index 0) of a LeaderWorkerSet group."""
+    out = []
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        name = meta.get("name", "")
+        if (meta.get("labels") or {}).get(LWS_WORKER_INDEX_LABEL, "0") != "0":
+            continue  # LWS workers run headless: only the leader serves /metrics
+        if meta.get("deletionTimestamp"):
+            out.append((name, None, "terminating"))
+            continue
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        if not ready:
+            out.append((name, None, "not ready"))
+            continue
+        ip = status.get("podIP")
+        if not ip:
+            out.append((name, None, "no pod IP yet"))
+            continue
+        host = f"[{ip}]" if ":" in ip else ip
+        out.append((name, f"http://{host}:{_metrics_port(pod)}/metrics", None))
+    return out
+
+
+def _metrics_port(pod: Mapping[str, Any]) -> int:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == "http" and port.get("containerPort"):
+                return int(port["containerPort"])
+    return HTTP_PORT
+
+
+def set_condition(conditions: list[dict[str, Any]], verdict: Any, *, now: str, generation: int | None) -> list[dict[str, Any]]:
+    """The conditions with SpeculationEffective set; the others untouched (the reconcile owns them)."""
+    old = next((c for c in conditions if c.get("type") == CONDITION), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == verdict.status and old.get("lastTransitionTime") else now
+    cond = Condition(type=CONDITION, status=verdict.status, reason=verdict.reason, message=verdict.message[:32768],
+                     last_transition_time=since, observed_generation=generation)
+    new = cond.model_dump(by_alias=True, exclude_none=True)
+    if old is not None and {**old, "observedGeneration": None} == {**new, "observedGeneration": None}:
+        return conditions
+    return [c for c in conditions if c.get("type") != CONDITION] + [new]
+
+
+def _merge_patch(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """desired, plus explicit nulls for keys it dropped (a merge patch would keep them)."""
+    return {**{k: None for k in previous if k not in desired}, **desired}
+
+
+@dataclass
+class _Tracked:
+    body: dict[str, Any]
+    window: Window
+    k: int | None = None
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+class Telemetry:
+    """Windows per SpeculativeDeployment and the write rule: a status write only when the
+    counters moved and a rounded value changed, so at most one per interval and none while
+    the pods count nothing."""
+
+    def __init__(self, kube: Kube, logger: logging.Logger, *, window_s: float = DEFAULT_WINDOW_S, fetch: Fetch = fetch_metrics):
+        self.kube = kube
+        self.logger = logger
+        self.window_s = window_s
+        self.fetch = fetch
+        self._lock = threading.Lock()
+        self._tracked: dict[tuple[str, str], _Tracked] = {}
+
+    def track(self, body: Mapping[str, Any], deleted: bool) -> None:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        with self._lock:
+            if deleted:
+                self._tracked.pop(key, None)
+            elif key in self._tracked:
+                self._tracked[key].body = dict(body)
+            else:
+                self._tracked[key] = _Tracked(dict(body), Window(self.window_s))
+
+    def tick(self, now_s: float | None = None) -> None:
+        """One scrape of every tracked object (the loop calls it once per interval)."""
+        now_s = time.time() if now_s is None else now_s
+        with self._lock:
+            items = list(self._tracked.items())
+        for key, tracked in items:
+            try:
+                self.observe(tracked, now_s)
+            except (KubeTemporaryError, KubePermanentError) as exc:
+                self.logger.warning("telemetry for %s/%s: %s", *key, exc)
+            except Exception:  # one object's odd status must not stop the others' telemetry
+                self.logger.exception("telemetry for %s/%s failed", *key)
+
+    def observe(self, tracked: _Tracked, now_s: float) -> dict[str, Any] | None:
+        """Scrape one object's pods; returns the status patch it wrote, if any."""
+        body = tracked.body
+        meta, status = body.get("metadata") or {}, dict(body.get("status") or {})
+        plan = status.get("plan") or {}
+        if not plan or not status.get("workload"):
+            return None  # nothing serving yet
+        namespace, name = meta["namespace"], meta["name"]
+        k = plan.get("numSpeculativeTokens")
+        if tracked.k != k:  # a new k means new pods: acceptance of the old k says nothing of it
+            tracked.window, tracked.k = Window(self.window_s), k
+        moved, skipped, read = self._scrape(tracked, namespace, name, now_s)
+        if not moved:
+            return None
+        cost, cost_source = draft_cost(plan.get("method", ""), plan)
+        analysis = analyse(tracked.window.increase(now_s), method=plan.get("method"), cost=cost, cost_source=cost_source, k=k)
+        change = None
+        if _spec_k(body) == "auto" and k:
+            previous = status.get("speculation") or {}
+            change = decide_k(analysis, current_k=k, last_change_s=_seconds(previous.get("numSpeculativeTokensChangedAt")), now_s=now_s)
+        patch = self._write(body, status, analysis, read, skipped, now_s, change)
+        if change is not None:
+            self._roll_out(namespace, name, change, old_k=k)
+        return patch
+
+    def _roll_out(self, namespace: str, name: str, change: KChange, old_k: int) -> None:
+        """Re-run the reconcile with the new k in force: it renders it into --speculative-config
+        and the workload rolls out as for any spec change. The spec itself is never written.
+        If the new k does not plan (it changes the memory fit of some drafts), k goes back, and
+        the hourly limit keeps auto from trying again at once."""
+        planned = self._reconcile(namespace, name)
+        if planned is None or planned == change.k:
+            self.logger.info("%s/%s: %s", namespace, name, change.reason)
+            return
+        now = _utc(time.time())
+        why = f"auto: k {change.k} did not plan (see conditions and findings); k {old_k} stays"
+        self.kube.merge_patch(KIND, namespace, name, {"status": {"speculation": {
+            "numSpeculativeTokens": old_k, "numSpeculativeTokensReason": why, "numSpeculativeTokensChangedAt": now}}},
+            subresource="status")
+        self._reconcile(namespace, name)
+        self.logger.warning("%s/%s: %s", namespace, name, why)
+
+    def _reconcile(self, namespace: str, name: str) -> int | None:
+        """One reconcile of the live object, its status written; the k it planned, if any."""
+        from specdeploy.controller.reconcile import Reconciler
+
+        fresh = self.kube.get(KIND, namespace, name)
+        if fresh is None:
+            return None
+        result = Reconciler(self.kube, self.logger).reconcile(fresh, now=_utc(time.time()))
+        if result.status_patch:
+            self.kube.merge_patch(KIND, namespace, name, {"status": result.status_patch}, subresource="status")
+        for type_, reason, message in result.events:
+            self._event(fresh, type_, reason, message, _utc(time.time()))
+        status = {**(fresh.get("status") or {}), **result.status_patch}
+        planned = next((c for c in status.get("conditions") or [] if c.get("type") == "Planned"), {})
+        return (status.get("plan") or {}).get("numSpeculativeTokens") if planned.get("status") == "True" else -1
+
+    def _scrape(self, tracked: _Tracked, namespace: str, name: str, now_s: float) -> tuple[bool, list[tuple[str, str]], int]:
+        wanted_labels = selector_labels(name).items()  # also client-side: the selector is the contract
+        pods = [p for p in self.kube.list("Pod", namespace, selector_string(name))
+                if wanted_labels <= ((p.get("metadata") or {}).get("labels") or {}).items()]
+        targets = scrape_targets(pods)
+        skipped = [(pod, why) for pod, url, why in targets if url is None]
+        wanted = [(pod, url) for pod, url, _ in targets if url is not None]
+        with ThreadPoolExecutor(max_workers=MAX_PARALLEL_SCRAPES) as pool:
+            results = list(pool.map(lambda t: self._read(*t), wanted))
+        moved, read = False, 0
+        for (pod, _), (counters, why) in zip(wanted, results):
+            if counters is None:
+                skipped.append((pod, why or "unreadable"))
+                continue
+            if tracked.k and counters.num_speculative_tokens != tracked.k:
+                skipped.append((pod, f"runs k={counters.num_speculative_tokens}, the plan k={tracked.k} (rolling out)"))
+                continue
+            read += 1
+            moved = tracked.window.observe(pod, now_s, counters) or moved
+        for pod, why in skipped:
+            self.logger.debug("telemetry: skipped pod %s/%s: %s", namespace, pod, why)
+        return moved, sorted(skipped), read
+
+    def _read(self, pod: str, url: str) -> tuple[Any, str | None]:
+        try:
+            return parse_counters(self.fetch(url)), None
+        except MetricsError as exc:
+            return None, str(exc)
+        except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:
+            return None, f"GET {url}: {type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+
+    def _write(self, body: Mapping[str, Any], status: dict[str, Any], analysis: Analysis, read: int,
+               skipped: list[tuple[str, str]], now_s: float, change: KChange | None = None) -> dict[str, Any] | None:
+        meta = body["metadata"]
+        previous = status.get("speculation") or {}
+        now = _utc(now_s)
+        auto = _spec_k(body) == "auto"
+        speculation = speculation_status(analysis, window_s=self.window_s, observed_at=now, pods=read, skipped=skipped,
+                                         k_reason=_k_reason(body, previous),
+                                         k_changed_at=previous.get("numSpeculativeTokensChangedAt") if auto else None)
+        if change is not None:  # the k in force from now on: the reconcile reads it from here
+            speculation.update(numSpeculativeTokens=change.k, numSpeculativeTokensReason=change.reason,
+                               numSpeculativeTokensChangedAt=now)
+        old_conditions = list(status.get("conditions") or [])
+        conditions = set_condition(old_conditions, analysis.verdict, now=now, generation=meta.get("generation"))
+        patch: dict[str, Any] = {}
+        if {**speculation, "observedAt": None} != {**previous, "observedAt": None}:
+            patch["speculation"] = _merge_patch(previous, speculation)
+        if conditions != old_conditions:
+            patch["conditions"] = conditions
+        if not patch:
+            return None
+        self.kube.merge_patch(KIND, meta["namespace"], meta["name"], {"status": patch}, subresource="status")
+        if change is not None:
+            self._event(body, "Normal", "SpeculativeTokensChanged", change.reason, now)
+        before = next((c for c in old_conditions if c.get("type") == CONDITION), {})
+        if before.get("status") != analysis.verdict.status and analysis.verdict.status != "Unknown":
+            self._event(body, "Warning" if analysis.verdict.status == "False" else "Normal", analysis.verdict.reason,
+                        f"{CONDITION}={analysis.verdict.status}: {analysis.verdict.message}", now)
+        return patch
+
+    def _event(self, body: Mapping[str, Any], type_: str, reason: str, message: str, now: str) -> None:
+        """A core/v1 Event on the object (kopf.event needs a handler's context; this loop has none)."""
+        meta = body["metadata"]
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": body.get("apiVersion", f"{API_GROUP}/{API_VERSION}"), "kind": KIND,
+                               "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "type": type_, "reason": reason, "message": message[:1024],
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "source": {"component": "specdeploy"}, "reportingComponent": "specdeploy",
+        }
+        try:
+            self.kube.create(event)
+        except (KubeTemporaryError, KubePermanentError) as exc:
+            self.logger.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
+
+
+def _spec_k(body: Mapping[str, Any]) -> Any:
+    return ((body.get("spec") or {}).get("draft") or {}).get("numSpeculativeTokens")
+
+
+def _k_reason(body: Mapping[str, Any], previous: Mapping[str, Any]) -> str:
+    """Why the k in force is in force: auto's last decision, else what the plan said (the
+    k-auto / k-default finding), else the spec."""
+    if _spec_k(body) == "auto" and previous.get("numSpeculativeTokensChangedAt") and previous.get("numSpeculativeTokensReason"):
+        return str(previous["numSpeculativeTokensReason"])
+    for finding in (body.get("status") or {}).get("findings") or []:
+        if finding.get("code") in ("k-auto", "k-default"):
+            return str(finding.get("message", ""))
+    return "set in spec.draft.numSpeculativeTokens"
+
+
+def _env_seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {os.environ.get(name)!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return value
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """The hook into the kopf wiring: track objects from watch events, run the loop."""
+
+    @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="telemetry-track", registry=registry)
+    def track(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+        telemetry: Telemetry | None = getattr(memo, "telemetry", None)
+        if telemetry is not None:
+            telemetry.track(dict(body), deleted=type == "DELETED")
+
+    @kopf.on.startup(registry=registry)
+    async def start_telemetry(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+        interval = _env_seconds(INTERVAL_ENV, DEFAULT_INTERVAL_S)
+        memo.telemetry = Telemetry(memo.kube, logging.getLogger("specdeploy.telemetry"),
+                                   window_s=_env_seconds(WINDOW_ENV, DEFAULT_WINDOW_S))
+        memo.telemetry_task = asyncio.create_task(_loop(memo.telemetry, interval), name="specdeploy-telemetry")
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_telemetry(memo: kopf.Memo, **_: Any) -> None:
+        task = getattr(memo, "telemetry_task", None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _loop(telemetry: Telemetry, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        await asyncio.to_thread(telemetry.tick)

@@ -1,0 +1,285 @@
+"""The telemetry loop in the running operator, over real HTTP on both sides: kmock serves the
+API (the SpeculativeDeployment, its Deployment, a serving Pod whose IP and port point at a
+local server), and that server exposes vLLM's spec-decode counters the way vLLM does (through
+prometheus_client, same names and labels). Only the counter values are ours, so that the test
+can move them or hold them still."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+from specdeploy.render.labels import labels
+
+from .conftest import DEPLOYMENT, NS, SD_PATH, Cluster, Operator, created, eventually
+
+INTERVAL_S = 0.2
+POD_RESOURCE = "v1/pods"
+
+
+class FakeVllmMetrics:
+    """vLLM's SpecDecodingProm counters (vllm/v1/spec_decode/metrics.py) for one engine."""
+
+    def __init__(self, k: int):
+        self.requests = 0
+        self.restart(k)
+
+    def restart(self, k: int) -> None:
+        """A new server process (a rollout): counters from zero, one series per position of k."""
+        self.registry = CollectorRegistry()
+        names = ["model_name", "engine"]
+        self.drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", names, registry=self.registry)
+        self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", names, registry=self.registry)
+        self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", names, registry=self.registry)
+        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", names + ["position"], registry=self.registry)
+        self.per_pos = [per_pos.labels("m", "0", str(i)) for i in range(k)]
+        self.k = k
+        for c in (self.drafts, self.draft_tokens, self.accepted):
+            c.labels("m", "0")
+
+    def step(self, drafts: int, accepted_lengths: list[int]) -> None:
+        """`drafts` drafts of k tokens; accepted_lengths[j] of them had their first j+1 accepted (exclusive counts)."""
+        self.drafts.labels("m", "0").inc(drafts)
+        self.draft_tokens.labels("m", "0").inc(drafts * self.k)
+        for length, count in enumerate(accepted_lengths, start=1):
+            self.accepted.labels("m", "0").inc(length * count)
+            for pos in range(length):
+                self.per_pos[pos].inc(count)
+
+    def serve(self) -> tuple[ThreadingHTTPServer, int]:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                owner.requests += 1
+                body = generate_latest(owner.registry)
+                self.send_response(200 if self.path == "/metrics" else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server, server.server_address[1]
+
+
+@pytest.fixture
+def fast_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEPLOY_TELEMETRY_INTERVAL_S", str(INTERVAL_S))
+
+
+@pytest.fixture
+def vllm_metrics() -> Iterator[tuple[FakeVllmMetrics, int]]:
+    metrics = FakeVllmMetrics(k=3)
+    server, port = metrics.serve()
+    yield metrics, port
+    server.shutdown()
+    server.server_close()
+
+
+def _pod(sd_name: str, pod: str, port: int, ready: bool = True, ip: str | None = "127.0.0.1") -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if ip:
+        status["podIP"] = ip
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod, "namespace": NS, "labels": labels(sd_name)},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm", "ports": [{"name": "http", "containerPort": port}]}]},
+        "status": status,
+    }
+
+
+async def _serving(cluster: Cluster, doc: dict[str, Any], uid: str, port: int) -> str:
+    name = await created(cluster, doc, uid)
+    await cluster.patch_status(DEPLOYMENT, name, {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1})
+    for pod in (_pod(name, f"{name}-0", port), _pod(name, f"{name}-1", port, ready=False),
+                _pod("someone-else", "other-0", 1)):
+        response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=pod)
+        assert response.status in (200, 201), await response.text()
+    return name
+
+
+def _speculation(cluster: Cluster, name: str) -> dict[str, Any]:
+    return cluster.sd(name).get("status", {}).get("speculation") or {}
+
+
+def _status_writes(cluster: Cluster, name: str, since: int) -> int:
+    return sum(1 for r in cluster.writes(since) if r.url.path == f"{SD_PATH}/{name}/status")
+
+
+async def test_status_speculation_equals_the_counters_and_only_moves_with_them(
+    fast_telemetry: None, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    from .test_operator import LLAMA
+
+    metrics, port = vllm_metrics
+    metrics.step(drafts=5000, accepted_lengths=[1000, 1000, 1000])  # before the operator looked: not in the window
+    name = await _serving(cluster, LLAMA, "uid-tel", port)
+    await eventually(lambda: metrics.requests >= 2, what="two scrapes")
+    assert "speculation" not in cluster.sd(name).get("status", {})  # counters still: nothing written
+
+    # 400 drafts of k=3: 100 accept none, 100 accept 1, 100 accept 2, 100 accept 3.
+    metrics.step(drafts=400, accepted_lengths=[100, 100, 100])
+    spec = await eventually(lambda: _speculation(cluster, name).get("drafts") == 400 and _speculation(cluster, name), what="status.speculation")
+    # By hand: draft tokens 1200, accepted 100*1 + 100*2 + 100*3 = 600; rate 0.5; length
+    # 1 + 600/400 = 2.5; per position 300/400, 200/400, 100/400.
+    assert (spec["draftTokens"], spec["acceptedTokens"]) == (1200, 600)
+    assert spec["acceptanceRate"] == 0.5
+    assert spec["meanAcceptanceLength"] == 2.5
+    assert spec["perPositionAcceptance"] == [0.75, 0.5, 0.25]
+    assert spec["numSpeculativeTokens"] == 3 and spec["pods"] == 1
+    assert spec["skippedPods"] == [{"pod": f"{name}-1", "reason": "not ready"}]
+    # The example plans an H100: c = draft/target weights per GPU from status.plan.memory.
+    memory = cluster.sd(name)["status"]["plan"]["memory"]
+    cost = memory["draftWeightsGiB"] / memory["targetWeightsGiB"]
+    assert spec["draftCost"] == round(cost, 4)
+    assert spec["predictedSpeedup"] == round(2.5 / (1 + cost * 3), 3)
+    effective = cluster.condition(name, "SpeculationEffective")
+    assert (effective["status"], effective["reason"]) == ("True", "Effective")
+    await eventually(lambda: any(e.get("reason") == "Effective" and e.get("type") == "Normal" for e in cluster.events()), what="a Normal Event")
+
+    # Counters held still: no status write, however many scrapes.
+    mark, scrapes = cluster.mark(), metrics.requests
+    await eventually(lambda: metrics.requests >= scrapes + 8, what="eight more scrapes")
+    assert _status_writes(cluster, name, mark) == 0
+
+    # Counters moving on every scrape: at most one write per interval.
+    mark, scrapes = cluster.mark(), metrics.requests
+    started = asyncio.get_running_loop().time()
+    while metrics.requests < scrapes + 6:
+        metrics.step(drafts=10, accepted_lengths=[0, 0, 10])
+        await asyncio.sleep(INTERVAL_S / 4)
+    elapsed = asyncio.get_running_loop().time() - started
+    writes = _status_writes(cluster, name, mark)
+    assert 1 <= writes <= metrics.requests - scrapes, (writes, metrics.requests - scrapes)
+    assert writes <= elapsed / INTERVAL_S + 1
+
+
+async def test_collapsed_acceptance_sets_speculation_effective_false_with_a_warning(
+    fast_telemetry: None, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    from .test_operator import LLAMA
+
+    metrics, port = vllm_metrics
+    name = await _serving(cluster, LLAMA, "uid-collapse", port)
+    await eventually(lambda: metrics.requests >= 1, what="a first scrape")
+    # The PR #50170 picture: 1000 drafts of 3 tokens, 12 of them accept one: 12 / 3000 = 0.4 %.
+    metrics.step(drafts=1000, accepted_lengths=[12, 0, 0])
+    cond = await eventually(lambda: cluster.condition(name, "SpeculationEffective").get("status") == "False"
+                            and cluster.condition(name, "SpeculationEffective"), what="SpeculationEffective=False")
+    assert cond["reason"] == "AcceptanceCollapsed"
+    assert "acceptance 0.4%" in cond["message"] and "eagle_aux_hidden_state_layer_ids" in cond["message"]
+    def warnings() -> list[dict[str, Any]]:
+        return [e for e in cluster.events() if e.get("type") == "Warning" and e.get("reason") == "AcceptanceCollapsed"]
+
+    (warning,) = await eventually(warnings, what="the Warning Event")
+    assert warning["involvedObject"]["name"] == name and "eagle_aux_hidden_state_layer_ids" in warning["message"]
+    assert _speculation(cluster, name)["recommendedNumSpeculativeTokens"] == 1
+    # The rest of the status is the reconcile's and stays as it was.
+    assert cluster.condition(name, "Validated")["status"] == "True"
+
+
+async def test_a_pod_without_metrics_is_skipped_with_the_reason(
+    fast_telemetry: None, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    from .test_operator import LLAMA
+
+    metrics, port = vllm_metrics
+    name = await _serving(cluster, LLAMA, "uid-skip", port)
+    # A second ready pod at a port where nothing listens.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=_pod(name, f"{name}-2", closed_port))
+    assert response.status in (200, 201)
+    await eventually(lambda: metrics.requests >= 1, what="a first scrape")
+    metrics.step(drafts=200, accepted_lengths=[50, 50, 50])
+    spec = await eventually(lambda: _speculation(cluster, name).get("drafts") == 200 and _speculation(cluster, name), what="status.speculation")
+    reasons = {s["pod"]: s["reason"] for s in spec["skippedPods"]}
+    assert reasons[f"{name}-1"] == "not ready"
+    assert "Connection refused" in reasons[f"{name}-2"] or "refused" in reasons[f"{name}-2"].lower()
+    assert spec["pods"] == 1
+
+
+async def test_auto_k_moves_to_the_recommendation_through_a_rollout_and_never_writes_the_spec(
+    fast_telemetry: None, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    import json
+
+    from .test_operator import LLAMA, args_of
+
+    metrics, port = vllm_metrics
+    doc = copy.deepcopy(LLAMA)
+    doc["spec"]["draft"]["numSpeculativeTokens"] = "auto"
+    name = await _serving(cluster, doc, "uid-auto", port)
+
+    def k_rendered() -> int:
+        args = args_of(cluster.get(DEPLOYMENT, name))
+        return json.loads(args[args.index("--speculative-config") + 1])["num_speculative_tokens"]
+
+    assert k_rendered() == 3  # an EAGLE3 head has no n_predict: auto starts at 3
+    spec_before = cluster.sd(name)["spec"]
+    await eventually(lambda: metrics.requests >= 1, what="a first scrape")
+    # 1000 drafts, conditional acceptance .9 per position: k=5 is predicted >= 5 % faster.
+    metrics.step(drafts=1000, accepted_lengths=[90, 81, 729])  # per position 900, 810, 729
+    speculation = await eventually(lambda: _speculation(cluster, name).get("numSpeculativeTokens") == 5 and _speculation(cluster, name),
+                                   what="k 5 in force")
+    assert speculation["numSpeculativeTokensReason"].startswith("auto: k 3 -> 5: predicted speedup")
+    assert speculation["numSpeculativeTokensChangedAt"]
+    await eventually(lambda: k_rendered() == 5, what="the Deployment rendering k 5")
+    assert cluster.sd(name)["spec"] == spec_before  # GitOps stays clean
+    await eventually(lambda: cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 5, what="status.plan with k 5")
+    await eventually(lambda: any(e.get("reason") == "SpeculativeTokensChanged" for e in cluster.events()), what="a k-change Event")
+    # The old pod (k=3) still serves during the rollout: what it counts is not counted for k=5.
+    mark = metrics.requests
+    metrics.step(drafts=500, accepted_lengths=[0, 0, 500])
+    await eventually(lambda: metrics.requests >= mark + 2, what="scrapes of the old pod")
+    # The new pod runs k=5; within the hour k does not move again, whatever the counters say
+    # (here: every draft accepts exactly one token, so k=1 would be best).
+    metrics.restart(k=5)
+    mark = metrics.requests
+    await eventually(lambda: metrics.requests >= mark + 2, what="a baseline of the new pod")
+    metrics.step(drafts=2000, accepted_lengths=[2000, 0, 0, 0, 0])
+    speculation = await eventually(lambda: _speculation(cluster, name).get("drafts", 0) >= 2000 and _speculation(cluster, name), what="k=5 counted")
+    assert speculation["drafts"] == 2000  # the old pod's 500 are not in the window
+    assert speculation["recommendedNumSpeculativeTokens"] == 1
+    assert speculation["numSpeculativeTokens"] == 5 and k_rendered() == 5
+
+
+async def test_auto_k_that_does_not_plan_goes_back_and_the_workload_stays(
+    fast_telemetry: None, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    """vLLM 0.33's FLy sampler needs k >= 2 and fly_window_size < k: with a window of 2 only
+    k >= 3 is valid. Acceptance .3/.01/.001 makes k=1 the best (1.3/1.05 = 1.238 vs k=3
+    1.311/1.15 = 1.140, +8.6 %), which vLLM would refuse: k 3 stays, and so does the pod."""
+    import json
+
+    from .test_operator import LLAMA, args_of
+
+    metrics, port = vllm_metrics
+    doc = copy.deepcopy(LLAMA)
+    doc["spec"]["vllmVersion"] = "0.33.0"
+    doc["spec"]["draft"].update(numSpeculativeTokens="auto", speculativeConfig={"rejection_sample_method": "fly", "fly_window_size": 2})
+    name = await _serving(cluster, doc, "uid-auto-refused", port)
+    deployment = cluster.get(DEPLOYMENT, name)
+    args = args_of(deployment)
+    assert json.loads(args[args.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
+    await eventually(lambda: metrics.requests >= 1, what="a first scrape")
+    metrics.step(drafts=1000, accepted_lengths=[290, 9, 1])  # per position 300, 10, 1
+    speculation = await eventually(lambda: "did not plan" in (_speculation(cluster, name).get("numSpeculativeTokensReason") or "")
+                                   and _speculation(cluster, name), what="auto k going back")
+    assert speculation["numSpeculativeTokens"] == 3 and speculation["recommendedNumSpeculativeTokens"] == 1
+    assert speculation["numSpeculativeTokensReason"] == "auto: k 1 did not plan (see conditions and findings); k 3 stays"
+    await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", what="Planned=True again")
+    assert args_of(cluster.get(DEPLOYMENT, name)) == args  # the workload never changed

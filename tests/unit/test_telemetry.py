@@ -1,0 +1,167 @@
+"""The goodput model, the /metrics parser and the sliding window, against hand-computed cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specdeploy.telemetry import Counters, Window, analyse, expected_tokens, parse_counters, speedup
+from specdeploy.telemetry.metrics import MetricsError
+from specdeploy.telemetry.model import (
+    COLLAPSE_ACCEPTANCE_RATE,
+    DEFAULT_DRAFT_COST,
+    MIN_DRAFTS,
+    draft_cost,
+    extrapolate,
+    geometric_acceptance,
+)
+from specdeploy.telemetry.report import speculation_status
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
+
+
+# -- the model ---------------------------------------------------------------------------------
+def test_leviathan_alpha_08_k4_cost_01() -> None:
+    """alpha = 0.8, k = 4, c = 0.1. By hand: E = 1 + .8 + .64 + .512 + .4096 = 3.3616
+    (= (1 - .8^5) / (1 - .8)); speedup = 3.3616 / (1 + 0.1 * 4) = 2.40114."""
+    a = geometric_acceptance(0.8, 4)
+    assert expected_tokens(a, 4) == pytest.approx(3.3616)
+    assert expected_tokens(a, 4) == pytest.approx((1 - 0.8**5) / (1 - 0.8))
+    assert speedup(a, 4, 0.1) == pytest.approx(3.3616 / 1.4)
+    assert speedup(a, 4, 0.1) == pytest.approx(2.40114, abs=1e-5)
+
+
+def test_parallel_drafter_pays_one_pass_for_all_positions() -> None:
+    """dflash/dspark: 3.3616 / (1 + 0.1) = 3.05600, more than the sequential 2.40114."""
+    a = geometric_acceptance(0.8, 4)
+    assert speedup(a, 4, 0.1, parallel=True) == pytest.approx(3.3616 / 1.1)
+    counters = Counters(1000, 4000, 2361.6, (800, 640, 512, 409.6))
+    seq = analyse(counters, method="eagle3", cost=0.1)
+    par = analyse(counters, method="dspark", cost=0.1)
+    assert seq.predicted_speedup == pytest.approx(2.40114, abs=1e-5)
+    assert par.predicted_speedup == pytest.approx(3.05600, abs=1e-5)
+    assert par.parallel and not seq.parallel
+
+
+def test_recommendation_from_the_reported_acceptance() -> None:
+    """The report in the issue: per-position acceptance .844/.599/.385/.271 at k = 4. With
+    c = 0.1 by hand: k=1 1.844/1.1 = 1.676, k=2 2.443/1.2 = 2.036, k=3 2.828/1.3 = 2.175,
+    k=4 3.099/1.4 = 2.214 -> k=4 best; with c = 0.3: k=1 1.418, k=2 1.527, k=3 1.488,
+    k=4 1.409 -> k=2, the k that measured fastest (303.6 vs 210.0 tok/s)."""
+    drafts = 10_000
+    per_pos = (8440, 5990, 3850, 2710)
+    counters = Counters(drafts, 4 * drafts, sum(per_pos), per_pos)
+    cheap = analyse(counters, method="eagle", cost=0.1, k=4)
+    assert [round(p.speedup, 3) for p in cheap.predictions[:4]] == [1.676, 2.036, 2.175, 2.214]
+    dear = analyse(counters, method="eagle", cost=0.3, k=4)
+    assert [round(p.speedup, 3) for p in dear.predictions[:4]] == [1.418, 1.527, 1.488, 1.409]
+    assert dear.recommended is not None and dear.recommended.k == 2
+    # The acceptance rate ranks k=1 best (.844 > .722 > ...): the wrong ranking (vLLM #9565).
+    rates = [sum(per_pos[:k]) / (k * drafts) for k in range(1, 5)]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_extrapolation_uses_the_lowest_conditional_acceptance() -> None:
+    """.9, .72 (ratio .8), .612 (ratio .85): the next two use .8 -> .4896, .39168."""
+    assert extrapolate([0.9, 0.72, 0.612], 2) == pytest.approx([0.9, 0.72, 0.612, 0.4896, 0.39168])
+    counters = Counters(1000, 3000, 2232, (900, 720, 612))
+    a = analyse(counters, method="eagle3", cost=0.0)
+    assert [p.k for p in a.predictions] == [1, 2, 3, 4, 5]
+    assert [p.extrapolated for p in a.predictions] == [False, False, False, True, True]
+    # With no draft cost every extra position pays: the best k is the farthest extrapolated.
+    assert a.recommended is not None and a.recommended.k == 5
+
+
+def test_collapse_and_no_speedup_verdicts() -> None:
+    collapsed = analyse(Counters(5000, 20000, 242, (200, 30, 10, 2)), method="eagle3", cost=0.05, k=4)
+    assert collapsed.acceptance_rate == pytest.approx(0.0121)
+    assert collapsed.acceptance_rate < COLLAPSE_ACCEPTANCE_RATE
+    assert collapsed.verdict.status == "False" and collapsed.verdict.reason == "AcceptanceCollapsed"
+    assert "eagle_aux_hidden_state_layer_ids" in collapsed.verdict.message and "revision" in collapsed.verdict.message
+    # k=1: 1.04 / 1.05 = 0.990: no k pays.
+    assert "no k is predicted to pay (best: k=1 at 0.99x)" in collapsed.verdict.message
+    # 30 % acceptance at k = 4 with an expensive draft: E = 1 + .5 + .4 + .2 + .1 = 2.2, / (1 + .4*4) = 0.846.
+    slow = analyse(Counters(1000, 4000, 1200, (500, 400, 200, 100)), method="draft_model", cost=0.4, k=4)
+    assert slow.predicted_speedup == pytest.approx(2.2 / 2.6)
+    assert slow.verdict.status == "False" and slow.verdict.reason == "NoSpeedup"
+    assert "best k is 1" in slow.verdict.message  # 1.5 / 1.4 = 1.07 > 1
+    good = analyse(Counters(1000, 4000, 2361.6, (800, 640, 512, 409.6)), method="eagle3", cost=0.1)
+    assert good.verdict.status == "True" and good.verdict.reason == "Effective"
+    few = analyse(Counters(MIN_DRAFTS - 1, 3 * (MIN_DRAFTS - 1), 0, (0, 0, 0)), method="eagle3", cost=0.1)
+    assert few.verdict.status == "Unknown" and few.verdict.reason == "NotEnoughDrafts"
+    assert few.recommended is None
+
+
+def test_draft_cost_from_the_plan() -> None:
+    plan = {"memory": {"targetWeightsGiB": 14.96, "draftWeightsGiB": 0.79}}
+    cost, source = draft_cost("eagle3", plan)
+    assert cost == pytest.approx(0.79 / 14.96)
+    assert "0.79/14.96" in source
+    assert draft_cost("ngram", plan)[0] == 0.0
+    assert draft_cost("eagle3", {"memory": None}) == (DEFAULT_DRAFT_COST, draft_cost("eagle3", None)[1])
+
+
+def test_status_is_rounded_and_shaped_by_the_api_model() -> None:
+    counters = Counters(300, 900, 421, (200, 140, 81))
+    status = speculation_status(analyse(counters, method="eagle3", cost=0.1), window_s=600, observed_at="2026-12-03T06:00:00Z", pods=2)
+    # By hand: 421 / 900 = 0.46778, 1 + 421/300 = 2.40333, 200/300, 140/300, 81/300.
+    assert status["acceptanceRate"] == 0.4678
+    assert status["meanAcceptanceLength"] == 2.4033
+    assert status["perPositionAcceptance"] == [0.6667, 0.4667, 0.27]
+    assert (status["drafts"], status["draftTokens"], status["acceptedTokens"]) == (300, 900, 421)
+    assert status["window"] == "600s" and status["pods"] == 2
+    assert status["numSpeculativeTokens"] == 3
+
+
+# -- the parser --------------------------------------------------------------------------------
+def test_parse_a_saved_vllm_metrics_text() -> None:
+    """A /metrics text saved from vLLM 0.32.0's CPU build (ngram, k = 3, greedy looping output)."""
+    text = (FIXTURES / "vllm-0.32.0-ngram-k3.txt").read_text()
+    c = parse_counters(text)
+    assert c.num_speculative_tokens == 3
+    assert c.drafts > 0 and c.accepted_tokens <= c.draft_tokens
+    assert c.accepted_per_position[0] >= c.accepted_per_position[1] >= c.accepted_per_position[2]
+    assert sum(c.accepted_per_position) == c.accepted_tokens  # vLLM counts each accepted token at its position
+
+
+def test_engines_are_summed_and_created_samples_ignored() -> None:
+    lines = []
+    for engine, (d, t, a, p) in enumerate([(10, 30, 12, (6, 4, 2)), (5, 15, 3, (2, 1, 0))]):
+        labels = f'engine="{engine}",model_name="m"'
+        lines += [f"vllm:spec_decode_num_drafts_total{{{labels}}} {d}",
+                  f"vllm:spec_decode_num_drafts_created{{{labels}}} 1.7e9",
+                  f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {t}",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {a}"]
+        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {v}' for i, v in enumerate(p)]
+    assert parse_counters("\n".join(lines) + "\n") == Counters(15, 45, 15, (8, 5, 2))
+
+
+def test_metrics_without_speculation_or_garbage_are_errors() -> None:
+    with pytest.raises(MetricsError, match="speculative decoding is not enabled"):
+        parse_counters("vllm:num_requests_running{engine=\"0\"} 0.0\n")
+    with pytest.raises(MetricsError, match="not a Prometheus metrics text"):
+        parse_counters("<html>this is not it</html> {{{\n")
+
+
+# -- the window --------------------------------------------------------------------------------
+def test_window_sums_pods_and_forgets_old_samples() -> None:
+    w = Window(seconds=100)
+    assert not w.observe("a", 0, Counters(10, 30, 15, (8, 5, 2)))  # first sample: a baseline only
+    assert w.increase(0) == Counters()
+    assert w.observe("a", 60, Counters(20, 60, 30, (16, 10, 4)))
+    assert not w.observe("b", 60, Counters(1000, 3000, 0, (0, 0, 0)))  # b started long ago
+    assert w.observe("b", 120, Counters(1010, 3030, 3, (3, 0, 0)))
+    assert w.increase(120) == Counters(20, 60, 18, (11, 5, 2))
+    # At 200 a's samples at 0 and 60 are older than the window: 60 is the baseline, nothing after it.
+    assert not w.observe("a", 200, Counters(20, 60, 30, (16, 10, 4)))
+    assert w.increase(200) == Counters(10, 30, 3, (3, 0, 0))
+    # At 400 every sample is older than the window: both pods are forgotten.
+    assert w.increase(400) == Counters() and w.pods == []
+
+
+def test_window_treats_a_counter_drop_as_a_restart() -> None:
+    w = Window(seconds=600)
+    w.observe("a", 0, Counters(100, 300, 200, (90, 70, 40)))
+    assert w.observe("a", 60, Counters(5, 15, 6, (4, 2, 0)))  # the pod restarted: 5 drafts since
+    assert w.increase(60) == Counters(5, 15, 6, (4, 2, 0))
