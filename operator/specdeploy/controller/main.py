@@ -22,6 +22,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
+from specdeploy.controller import webhook
 from specdeploy.controller import telemetry
 from specdeploy.controller.kube import Kube
 from specdeploy.controller.reconcile import Reconciler, Result
@@ -58,6 +59,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 8
     memo.kube = Kube(_api_client(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true")
+    # The validating webhook (controller/webhook.py), when the chart enables it.
+    settings.admission.server = webhook.server_from_env()
+    if webhook.enabled():
+        webhook.warm_up()
 
 
 def _api_client() -> k8s_client.ApiClient:
@@ -120,6 +125,7 @@ def mirror_leader_worker_set(body: kopf.Body, type: str | None, memo: kopf.Memo,
     _mirror(body, type, memo, logger)
 
 
+webhook.register(registry)
 telemetry.register(registry)
 
 

@@ -16,7 +16,8 @@ from specdeploy.sources.local import parse_config_text, read_local
 ConfigMapReader = Callable[[str, str], str]
 
 
-def load_model_ref(ref: str, *, revision: str | None = None, token: str | None = None, field: str = "model") -> ModelInputs:
+def load_model_ref(ref: str, *, revision: str | None = None, token: str | None = None, field: str = "model",
+                   local_only: bool = False) -> ModelInputs:
     """A config.json file, a directory holding one, or a Hub repo id (the CLI's T and D)."""
     path = Path(ref)
     if path.exists():
@@ -24,12 +25,12 @@ def load_model_ref(ref: str, *, revision: str | None = None, token: str | None =
         return ModelInputs(config=config, weight_bytes=weights, origin=str(path))
     if ref.endswith(".json") or ref.startswith((".", "/")):
         raise SourceInvalid(field, f"{ref} does not exist")
-    config, weights = read_hub(ref, revision, token, field)
+    config, weights = read_hub(ref, revision, token, field, local_only=local_only)
     return ModelInputs(config=config, weight_bytes=weights, origin=f"hub:{ref}")
 
 
 def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str | None = None,
-                  configmap_reader: ConfigMapReader | None = None) -> ModelInputs:
+                  configmap_reader: ConfigMapReader | None = None, local_only: bool = False) -> ModelInputs:
     """Inline config first, then a ConfigMap, then the model reference itself."""
     if source.config is not None:
         return ModelInputs(config=json.loads(json.dumps(source.config)), origin="inline")
@@ -44,4 +45,4 @@ def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str 
         return ModelInputs(config=parse_config_text(text, f"{field}.configMapRef", f"ConfigMap {ref.name} key {ref.key}"), origin=f"configmap:{ref.name}")
     if not source.model:
         raise SourceInvalid(f"{field}.model", "no model, config or configMapRef to read config.json from")
-    return load_model_ref(source.model, revision=source.revision, token=hf_token, field=f"{field}.model")
+    return load_model_ref(source.model, revision=source.revision, token=hf_token, field=f"{field}.model", local_only=local_only)
