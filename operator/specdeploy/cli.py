@@ -1,25 +1,103 @@
-"""`specdeploy`: validate a pair, plan a SpeculativeDeployment, judge a server's acceptance,
-print the CRD, run the operator.
+"""specdeploy: check a vLLM speculative-decoding pair before any GPU is taken, plan its
+layout, judge a running server's acceptance, and run the Kubernetes operator that serves it.
 
-Exit status (scripts rely on it): 0 valid, 1 invalid (findings say why), 2 usage or I/O error."""
+Exit status (scripts rely on it): 0 valid, 1 invalid (the findings say why), 2 usage or I/O
+error (a bad flag, an unreadable file, a config that could not be read)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import urllib.error
 import os
 import sys
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import Any, Callable
 
 from specdeploy.api.spec import METHODS, check_int_or_auto, draft_model_rule
-from specdeploy.vllm import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+OUTPUTS = ("text", "json", "yaml")
+OFFLINE_HINT = ("give a local config.json (or a directory holding one) instead, put the config in a ConfigMap "
+                "or inline it (plan -f), or pre-fill the Hugging Face cache and set HF_HUB_OFFLINE=1")
 
+
+class UsageError(Exception):
+    """Exit 2: the command could not judge anything; `field` names the flag or file at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field, self.message = field, message
+
+
+# ---- output -----------------------------------------------------------------------------------
+
+def _dump_json(data: Any) -> str:
+    # allow_nan=False: never print NaN, which is not JSON (the stream loader refuses it earlier).
+    return json.dumps(data, indent=2, allow_nan=False)
+
+
+def _dump_yaml(data: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False, width=120)
+
+
+def _emit(output: str, data: dict[str, Any], text: Callable[[], str]) -> None:
+    if output == "json":
+        print(_dump_json(data))
+    elif output == "yaml":
+        print(_dump_yaml(data), end="")
+    else:
+        print(text(), end="")
+
+
+def _findings_text(findings: list[dict[str, str]], indent: str = "  ") -> list[str]:
+    return [f"{indent}[{f['severity']}] {f['code']} {f['field']}: {f['message']}" for f in findings]
+
+
+def _plan_text(plan: dict[str, Any] | None, indent: str = "") -> list[str]:
+    if not plan:
+        return []
+    draft = f", draft TP {plan['draftTensorParallelSize']}" if plan.get("draftTensorParallelSize") else ""
+    lines = [f"{indent}plan: {plan['method']} k={plan['numSpeculativeTokens']}, TP {plan['tensorParallelSize']}{draft}, "
+             f"PP {plan['pipelineParallelSize']}, {plan['nodesPerReplica']} node(s) x {plan['gpusPerPod']} GPU(s)"]
+    for model in ("target", "draft"):
+        layout = plan.get(model)
+        if layout:
+            lines.append(f"{indent}  {model}: {layout['attentionHeadsPerGpu']} heads/GPU, {layout['kvHeadsPerGpu']} KV heads/GPU, "
+                         f"head size {layout['headSize']}, MLA {layout['usesMLA']}, experts {layout['numExperts']}")
+    memory = plan.get("memory")
+    if memory:
+        lines.append(f"{indent}  memory/GPU: weights {memory['targetWeightsGiB'] + memory['draftWeightsGiB']:.1f} GiB + KV {memory['kvCacheGiB']:.1f} GiB"
+                     f" + reserve {memory['activationReserveGiB']:.1f} GiB = {memory['requiredGiB']:.1f} of {memory['budgetGiB']:.1f} GiB")
+    return lines
+
+
+# ---- Hub access --------------------------------------------------------------------------------
+
+def _hf_token() -> str | None:
+    return os.environ.get("HF_TOKEN") or None
+
+
+_HUB_LOCAL_ONLY: bool | None = None
+
+
+def _hub_local_only() -> bool:
+    """Asked once per process: offline (HF_HUB_OFFLINE, or no route to the Hub) reads the cache only."""
+    global _HUB_LOCAL_ONLY
+    if _HUB_LOCAL_ONLY is None:
+        from specdeploy.sources.hub import hub_reachable
+
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        _HUB_LOCAL_ONLY = offline or not hub_reachable()
+    return _HUB_LOCAL_ONLY
+
+
+def _looks_local(ref: str) -> bool:
+    return Path(ref).exists() or ref.endswith(".json") or ref.startswith((".", "/", "~"))
+
+
+# ---- validate ----------------------------------------------------------------------------------
 
 def _int_or_auto(value: str) -> int | str:
     try:
@@ -27,6 +105,200 @@ def _int_or_auto(value: str) -> int | str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {value!r}") from None
 
+
+def _gpu_product(value: str) -> str:
+    from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
+
+    try:
+        lookup_gpu(value)
+    except UnknownGpuError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _add_validate(sub: Any) -> None:
+    parser = sub.add_parser(
+        "validate", help="check a target/draft pair and plan its layout",
+        description="Check a target/draft pair the way vLLM will (head counts against tensor parallelism, "
+                    "vocabularies, the method's draft format, k) and plan TP, PP and memory. Configs come from a "
+                    "config.json, a directory holding one, or a Hub repo id (the cache only, when offline).")
+    parser.add_argument("--target", required=True, help="config.json, a directory holding one, or a Hub repo id")
+    parser.add_argument("--draft", help="the draft's config.json, directory or Hub repo id (not for ngram/suffix; optional for mtp/dspark)")
+    parser.add_argument("--method", required=True, choices=METHODS, help="speculative method")
+    parser.add_argument("--tp", type=_int_or_auto, default="auto", help="target tensor parallel size (default auto)")
+    parser.add_argument("--draft-tp", type=_int_or_auto, default="auto", help="draft tensor parallel size: 1, equal to --tp, or auto")
+    parser.add_argument("--pp", type=_int_or_auto, default=1, help="pipeline parallel size (default 1)")
+    parser.add_argument("--num-speculative-tokens", type=int, help="k, tokens proposed per step")
+    parser.add_argument("--gpu", type=_gpu_product, help="GPU product for the memory fit, e.g. H100-80GB (an unknown name lists the catalog)")
+    parser.add_argument("--max-model-len", type=int, help="context length the KV cache must hold")
+    parser.add_argument("--revision", help="Hub revision of the target")
+    from specdeploy.vllm import DEFAULT_VERSION, SUPPORTED_VERSIONS
+
+    release = parser.add_mutually_exclusive_group()
+    release.add_argument("--vllm-version", help=f"the vLLM release whose rules judge (supported: {', '.join(SUPPORTED_VERSIONS)}; default {DEFAULT_VERSION})")
+    release.add_argument("--image", help="the vLLM image the pod will run; its release tag picks the rules (e.g. vllm/vllm-openai:v0.33.0)")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (default text)")
+    parser.set_defaults(func=_validate, check=_check_draft_flag)
+
+
+def _check_draft_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--draft is required exactly when the method drafts with a checkpoint of its own."""
+    rule = draft_model_rule(args.method)
+    if rule == "none" and args.draft:
+        parser.error(f"--method {args.method} uses no draft model: drop --draft")
+    if rule == "required" and not args.draft:
+        parser.error(f"--method {args.method} needs --draft (a config.json, a directory holding one, or a Hub repo id)")
+
+
+def _load_flag(ref: str, flag: str, revision: str | None = None) -> Any:
+    """A --target/--draft value -> ModelInputs; source errors name the flag, offline ones the way out."""
+    from specdeploy.sources import SourceInvalid, SourceUnavailable, load_model_ref
+
+    local_only = not _looks_local(ref) and _hub_local_only()
+    try:
+        return load_model_ref(ref, revision=revision, token=_hf_token(), field=flag, local_only=local_only)
+    except SourceUnavailable as exc:
+        if local_only:
+            raise UsageError(flag, f"{ref}: the Hub is unreachable and its config.json is not in the local cache: {OFFLINE_HINT}") from None
+        raise UsageError(flag, f"{exc.message}: {OFFLINE_HINT}") from None
+    except SourceInvalid as exc:  # the CLI's token is $HF_TOKEN, the CR's is hfTokenSecretRef
+        raise UsageError(flag, exc.message.replace("hfTokenSecretRef", "HF_TOKEN")) from None
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from specdeploy.api.parse import parse_spec
+    from specdeploy.pipeline import Evaluation, evaluate
+
+    draft_spec: dict[str, Any] = {"method": args.method, "tensorParallelSize": args.draft_tp}
+    if args.draft:
+        draft_spec["model"] = args.draft
+    if args.num_speculative_tokens is not None:
+        draft_spec["numSpeculativeTokens"] = args.num_speculative_tokens
+    document: dict[str, Any] = {
+        "target": {"model": args.target, **({"revision": args.revision} if args.revision else {})},
+        "draft": draft_spec,
+        "parallelism": {"tensorParallelSize": args.tp, "pipelineParallelSize": args.pp},
+    }
+    if args.gpu:
+        document["resources"] = {"gpu": {"product": args.gpu}}
+    if args.max_model_len is not None:
+        document["serving"] = {"maxModelLen": args.max_model_len}
+    if args.vllm_version:
+        document["vllmVersion"] = args.vllm_version
+    if args.image:
+        document["image"] = args.image
+    spec, findings = parse_spec(document)
+    if spec is None:
+        evaluation = Evaluation(tuple(findings), None)
+    else:
+        target = _load_flag(args.target, "--target", args.revision)
+        draft = _load_flag(args.draft, "--draft") if spec.draft.has_own_checkpoint else None
+        evaluation = evaluate(spec, target, draft)
+    report = evaluation.to_dict()
+
+    def text() -> str:
+        judged = [f"judged by vLLM {report['vllmVersion']}'s rules"] if report.get("vllmVersion") else []
+        lines = ["VALID" if report["ok"] else "INVALID", *_findings_text(report["findings"]), *judged, *_plan_text(report["plan"])]
+        return "\n".join(lines) + "\n"
+
+    _emit(args.output, report, text)
+    return EXIT_VALID if evaluation.ok else EXIT_INVALID
+
+
+# ---- plan --------------------------------------------------------------------------------------
+
+def _add_plan(sub: Any) -> None:
+    parser = sub.add_parser(
+        "plan", help="judge every SpeculativeDeployment in a YAML stream and print its manifests",
+        description="Judge every SpeculativeDeployment in a YAML stream (a file, or '-' for stdin, e.g. "
+                    "`kustomize build . | specdeploy plan -f -`) as the API server and then the operator would, "
+                    "reading configMapRef configs from ConfigMaps in the same stream. Prints one report and, "
+                    "for the valid ones, the manifests the operator would apply. Exit 1 if any is invalid.")
+    parser.add_argument("-f", "--filename", required=True, help="YAML or JSON stream ('-' for stdin)")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="yaml",
+                        help="yaml (default): the report as comments, then the manifests (pipe to kubectl apply); json: both as one object; text: the report alone")
+    parser.add_argument("-n", "--namespace", default=None, help="namespace for every object (default: each object's, else 'default')")
+    parser.set_defaults(func=_plan)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from specdeploy.stream import plan_stream
+
+    if args.filename == "-":
+        text, source = sys.stdin.read(), "<stdin>"
+    else:
+        try:
+            text, source = Path(args.filename).read_text(), args.filename
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError("--filename", f"cannot read {args.filename}: {exc}") from None
+    report = plan_stream(text, source, namespace=args.namespace, hf_token=_hf_token(), hub_local_only=_hub_local_only)
+    data = report.to_dict()
+    for result in report.results:
+        for finding in result.unjudged:
+            print(f"specdeploy: {result.namespace}/{result.name}: {finding.field}: {finding.message}", file=sys.stderr)
+    if args.output == "yaml":
+        print("\n".join(f"# {line}" for line in _dump_yaml({**data, "results": [
+            {k: v for k, v in r.items() if k != "manifests"} for r in data["results"]]}).splitlines()))
+        manifests = [m for r in data["results"] for m in r["manifests"]]
+        if manifests:
+            import yaml
+
+            print(yaml.safe_dump_all(manifests, sort_keys=False), end="")
+    else:
+        def text() -> str:
+            lines = []
+            for r in data["results"]:
+                lines.append(f"{r['namespace']}/{r['name']}: {r['verdict'].upper()}")
+                lines += _findings_text(r["findings"])
+                lines += _plan_text(r["plan"], "  ")
+            lines += [f"skipped {s}" for s in data["skipped"]]
+            lines.append(f"{'OK' if data['ok'] else 'NOT OK'}: {data['summary']}")
+            return "\n".join(lines) + "\n"
+
+        _emit(args.output, data, text)
+    return report.exit_code
+
+
+# ---- crd, run ----------------------------------------------------------------------------------
+
+def _add_crd(sub: Any) -> None:
+    parser = sub.add_parser("crd", help="print the SpeculativeDeployment CustomResourceDefinition",
+                            description="Print the CustomResourceDefinition generated from the spec models "
+                                        "(what crds/ and the chart ship): `specdeploy crd | kubectl apply -f -`.")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="yaml", help="yaml (default; text is the same) or json")
+    parser.set_defaults(func=_crd)
+
+
+def _crd(args: argparse.Namespace) -> int:
+    from specdeploy.api.crd import crd, crd_yaml
+
+    print(_dump_json(crd()) if args.output == "json" else crd_yaml(), end="\n" if args.output == "json" else "")
+    return EXIT_VALID
+
+
+def _add_run(sub: Any) -> None:
+    parser = sub.add_parser("run", help="run the operator (kopf) against the current cluster",
+                            description="Run the operator: watch SpeculativeDeployments, judge and plan each, and apply "
+                                        "its Deployment or LeaderWorkerSet, Service and PodDisruptionBudget. Uses the "
+                                        "in-cluster service account, else $KUBECONFIG.")
+    parser.add_argument("-n", "--namespace", action="append", default=[], help="namespace to watch (repeatable)")
+    parser.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
+    parser.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="format of a start-up error (the operator logs as text)")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from specdeploy.controller.main import run
+
+    try:
+        run(namespaces=args.namespace, all_namespaces=args.all_namespaces, liveness=args.liveness)
+    except ValueError as exc:
+        raise UsageError("", str(exc)) from None
+    return EXIT_VALID
+
+
+# ---- advise (issue 9: speculation telemetry) ---------------------------------------------------
 
 def _positive_int(value: str) -> int:
     try:
@@ -48,171 +320,24 @@ def _non_negative(value: str) -> float:
     return number
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specdeploy", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    validate = sub.add_parser("validate", help="check a target/draft pair and plan its layout")
-    validate.add_argument("--target", required=True, help="config.json, a directory holding one, or a Hub repo id")
-    validate.add_argument("--draft", help="the draft's config.json, directory or Hub repo id (not for ngram/suffix/mtp)")
-    validate.add_argument("--method", required=True, choices=METHODS, help="speculative method")
-    validate.add_argument("--tp", type=_int_or_auto, default="auto", help="target tensor parallel size (default auto)")
-    validate.add_argument("--draft-tp", type=_int_or_auto, default="auto", help="draft tensor parallel size: 1, equal to --tp, or auto")
-    validate.add_argument("--pp", type=_int_or_auto, default=1, help="pipeline parallel size (default 1)")
-    validate.add_argument("--num-speculative-tokens", type=int, help="k, tokens proposed per step")
-    validate.add_argument("--gpu", help="GPU product for the memory fit, e.g. H100-80GB")
-    validate.add_argument("--max-model-len", type=int, help="context length the KV cache must hold")
-    validate.add_argument("--revision", help="Hub revision of the target")
-    release = validate.add_mutually_exclusive_group()
-    release.add_argument("--vllm-version", help=f"the vLLM release whose rules judge (supported: {', '.join(SUPPORTED_VERSIONS)}; default {DEFAULT_VERSION})")
-    release.add_argument("--image", help="the vLLM image the pod will run; its release tag picks the rules (e.g. vllm/vllm-openai:v0.33.0)")
-    validate.add_argument("-o", "--output", choices=("json", "text"), default="text")
-
-    plan = sub.add_parser("plan", help="validate + plan a SpeculativeDeployment file and print the manifests")
-    plan.add_argument("-f", "--filename", required=True, help="SpeculativeDeployment YAML ('-' for stdin)")
-    plan.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
-    plan.add_argument("-n", "--namespace", default=None, help="namespace for the manifests (default: the object's, else 'default')")
-
-    advise = sub.add_parser("advise", help="acceptance, predicted speedup per k and the recommended k from a vLLM /metrics text")
-    advise.add_argument("--metrics", required=True, help="a saved /metrics text ('-' for stdin) or the URL of a vLLM server's /metrics")
-    advise.add_argument("--method", choices=METHODS, help="the server's speculative method (dflash/dspark draft all positions in one pass; ngram/suffix cost nothing)")
-    advise.add_argument("--draft-cost", type=_non_negative, help="cost of one draft pass relative to one target step (default: 0 for ngram/suffix, else 0.1)")
-    advise.add_argument("--num-speculative-tokens", type=_positive_int, help="the k the server runs (default: the positions in the metrics)")
-    advise.add_argument("-o", "--output", choices=("json", "text"), default="text")
-
-    sub.add_parser("crd", help="print the CustomResourceDefinition YAML")
-
-    run = sub.add_parser("run", help="run the operator (kopf)")
-    run.add_argument("-n", "--namespace", action="append", default=[], help="namespace to watch (repeatable)")
-    run.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
-    run.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
-    return parser
-
-
-def _hf_token() -> str | None:
-    return os.environ.get("HF_TOKEN") or None
-
-
-def _print_text(evaluation: Any) -> None:
-    print("VALID" if evaluation.ok else "INVALID")
-    for finding in evaluation.findings:
-        print(f"  [{finding.severity.value}] {finding.code} {finding.field}: {finding.message}")
-    plan = evaluation.plan
-    if evaluation.vllm_version:
-        print(f"judged by vLLM {evaluation.vllm_version}'s rules")
-    if plan is not None:
-        draft = f", draft TP {plan.draft_tensor_parallel_size}" if plan.draft_tensor_parallel_size else ""
-        print(f"plan: {plan.method} k={plan.num_speculative_tokens}, TP {plan.tensor_parallel_size}{draft}, PP {plan.pipeline_parallel_size}, {plan.nodes_per_replica} node(s) x {plan.gpus_per_pod} GPU(s)")
-        for model, layout in (("target", plan.target), ("draft", plan.draft)):
-            if layout is not None:
-                print(f"  {model}: {layout.attention_heads_per_gpu} heads/GPU, {layout.kv_heads_per_gpu} KV heads/GPU, head size {layout.head_size}, MLA {layout.uses_mla}, experts {layout.num_experts}")
-        if plan.memory is not None:
-            m = plan.memory
-            print(f"  memory/GPU: weights {m.target_weights_gib + m.draft_weights_gib:.1f} GiB + KV {m.kv_cache_gib:.1f} GiB + reserve {m.activation_reserve_gib:.1f} GiB = {m.required_gib:.1f} of {m.budget_gib:.1f} GiB")
-
-
-def _check_draft_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--draft is required exactly when the method drafts with a checkpoint of its own."""
-    rule = draft_model_rule(args.method)
-    if rule == "none" and args.draft:
-        parser.error(f"--method {args.method} uses no draft model: drop --draft")
-    if rule == "required" and not args.draft:
-        parser.error(f"--method {args.method} needs --draft (a config.json, a directory holding one, or a Hub repo id)")
-
-
-def _validate(args: argparse.Namespace) -> int:
-    from specdeploy.api.parse import parse_spec
-    from specdeploy.pipeline import Evaluation, evaluate
-    from specdeploy.sources import load_model_ref
-
-    draft_spec: dict[str, Any] = {"method": args.method, "tensorParallelSize": args.draft_tp}
-    if args.draft:
-        draft_spec["model"] = args.draft
-    if args.num_speculative_tokens is not None:
-        draft_spec["numSpeculativeTokens"] = args.num_speculative_tokens
-    document: dict[str, Any] = {
-        "target": {"model": args.target, **({"revision": args.revision} if args.revision else {})},
-        "draft": draft_spec,
-        "parallelism": {"tensorParallelSize": args.tp, "pipelineParallelSize": args.pp},
-    }
-    if args.gpu:
-        document["resources"] = {"gpu": {"product": args.gpu}}
-    if args.max_model_len:
-        document["serving"] = {"maxModelLen": args.max_model_len}
-    if args.vllm_version:
-        document["vllmVersion"] = args.vllm_version
-    if args.image:
-        document["image"] = args.image
-    spec, findings = parse_spec(document)
-    if spec is None:
-        evaluation = Evaluation(tuple(findings), None)
-    else:
-        target = load_model_ref(args.target, revision=args.revision, token=_hf_token(), field="spec.target.model")
-        draft = load_model_ref(args.draft, token=_hf_token(), field="spec.draft.model") if spec.draft.has_own_checkpoint else None
-        evaluation = evaluate(spec, target, draft)
-    if args.output == "json":
-        print(json.dumps(evaluation.to_dict(), indent=2))
-    else:
-        _print_text(evaluation)
-    return EXIT_VALID if evaluation.ok else EXIT_INVALID
-
-
-def _read_stream(text: str, filename: str) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
-    """The SpeculativeDeployment (or bare spec) of a YAML stream, and the ConfigMaps beside it
-    (as `kustomize build` or `kubectl create configmap --dry-run=client -o yaml` emit them)."""
-    from specdeploy.api.spec import KIND
-
-    documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    if not all(isinstance(d, dict) for d in documents):
-        raise ValueError(f"{filename} must hold YAML mappings")
-    configmaps = {(d.get("metadata") or {}).get("name", ""): dict(d.get("data") or {}) for d in documents if d.get("kind") == "ConfigMap"}
-    deployments = [d for d in documents if d.get("kind") == KIND] or [d for d in documents if not d.get("kind")]
-    if len(deployments) != 1:
-        raise ValueError(f"{filename} must hold exactly one {KIND} (found {len(deployments)})")
-    return deployments[0], configmaps
-
-
-def _plan(args: argparse.Namespace) -> int:
-    from specdeploy.api.parse import parse_spec, spec_of_document
-    from specdeploy.pipeline import Evaluation, evaluate
-    from specdeploy.render import render_manifests
-    from specdeploy.sources import SourceInvalid, resolve_model
-
-    text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
-    document, configmaps = _read_stream(text, args.filename)
-
-    def configmap_reader(name: str, key: str) -> str:
-        if key not in configmaps.get(name, {}):
-            raise SourceInvalid("configMapRef", f"ConfigMap {name} with key {key} is not in {args.filename}: add it to the stream or inline the config")
-        return configmaps[name][key]
-
-    metadata = document.get("metadata") or {}
-    name = metadata.get("name", "specdeploy")
-    namespace = args.namespace or metadata.get("namespace") or "default"
-    spec, findings = parse_spec(spec_of_document(document))
-    manifests: list[dict[str, Any]] = []
-    if spec is None:
-        evaluation = Evaluation(tuple(findings), None)
-    else:
-        target = resolve_model(spec.target, "spec.target", hf_token=_hf_token(), configmap_reader=configmap_reader)
-        draft = resolve_model(spec.draft, "spec.draft", hf_token=_hf_token(), configmap_reader=configmap_reader) if spec.draft.has_own_checkpoint else None
-        evaluation = evaluate(spec, target, draft)
-        if evaluation.ok and evaluation.plan is not None:
-            manifests = render_manifests(spec, evaluation.plan, name=name, namespace=namespace)
-    if args.output == "json":
-        print(json.dumps({**evaluation.to_dict(), "manifests": manifests}, indent=2))
-    else:
-        summary = yaml.safe_dump({"ok": evaluation.ok, "findings": [f.to_dict() for f in evaluation.findings],
-                                  "plan": evaluation.plan.to_dict() if evaluation.plan else None}, sort_keys=False)
-        print("\n".join(f"# {line}" for line in summary.splitlines()))
-        if manifests:
-            print(yaml.safe_dump_all(manifests, sort_keys=False), end="")
-    return EXIT_VALID if evaluation.ok else EXIT_INVALID
+def _add_advise(sub: Any) -> None:
+    parser = sub.add_parser(
+        "advise", help="acceptance, predicted speedup per k and the recommended k from a vLLM /metrics text",
+        description="Read a vLLM server's /metrics (a saved text, stdin, or its URL) and report the draft's acceptance, "
+                    "the predicted speedup for each k and the recommended k. Exit 1 when speculation is judged "
+                    "ineffective (the operator's SpeculationEffective condition would be False).")
+    parser.add_argument("--metrics", required=True, help="a saved /metrics text ('-' for stdin) or the URL of a vLLM server's /metrics")
+    parser.add_argument("--method", choices=METHODS, help="the server's speculative method (dflash/dspark draft all positions in one pass; ngram/suffix cost nothing)")
+    parser.add_argument("--draft-cost", type=_non_negative, help="cost of one draft pass relative to one target step (default: 0 for ngram/suffix, else 0.1)")
+    parser.add_argument("--num-speculative-tokens", type=_positive_int, help="the k the server runs (default: the positions in the metrics)")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (default text)")
+    parser.set_defaults(func=_advise)
 
 
 def _advise(args: argparse.Namespace) -> int:
     """The telemetry's analysis of one /metrics text (counted since the server started).
     Exit 1 when speculation is judged ineffective (SpeculationEffective would be False)."""
+    import urllib.error
     import urllib.request
 
     from specdeploy.telemetry import analyse, parse_counters
@@ -220,11 +345,16 @@ def _advise(args: argparse.Namespace) -> int:
     from specdeploy.telemetry.report import summary
 
     source = args.metrics
-    if source.startswith(("http://", "https://")):
-        with urllib.request.urlopen(source, timeout=10) as response:
-            text = response.read().decode("utf-8", errors="replace")
-    else:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    try:
+        if source.startswith(("http://", "https://")):
+            with urllib.request.urlopen(source, timeout=10) as response:
+                text = response.read().decode("utf-8", errors="replace")
+        else:
+            text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    except urllib.error.URLError as exc:
+        raise UsageError("--metrics", f"{source}: {exc.reason}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError("--metrics", f"cannot read {source}: {exc}") from None
     counters = parse_counters(text)
     if args.draft_cost is not None:
         cost, cost_source = args.draft_cost, "given (--draft-cost)"
@@ -234,53 +364,79 @@ def _advise(args: argparse.Namespace) -> int:
         cost, cost_source = DEFAULT_DRAFT_COST, "assumed (pass --draft-cost: draft weights per GPU / target weights per GPU)"
     analysis = analyse(counters, method=args.method, cost=cost, cost_source=cost_source, k=args.num_speculative_tokens)
     verdict = analysis.verdict
-    if args.output == "json":
-        print(json.dumps({"speculationEffective": {"status": verdict.status, "reason": verdict.reason, "message": verdict.message},
-                          **summary(analysis)}, indent=2))
-    else:
-        print(f"SpeculationEffective={verdict.status} ({verdict.reason}): {verdict.message}")
+    report = {"speculationEffective": {"status": verdict.status, "reason": verdict.reason, "message": verdict.message}, **summary(analysis)}
+
+    def text_report() -> str:
+        lines = [f"SpeculationEffective={verdict.status} ({verdict.reason}): {verdict.message}"]
         if analysis.predictions:
             best = analysis.recommended
-            print(f"draft cost {analysis.cost:.3f} of a target step: {analysis.cost_source}")
-            print("   k  tokens/step  speedup")
+            lines += [f"draft cost {analysis.cost:.3f} of a target step: {analysis.cost_source}", "   k  tokens/step  speedup"]
             for p in analysis.predictions:
                 marks = ("  <- in force" if p.k == analysis.k else "") + ("  <- recommended" if best and p.k == best.k else "")
-                print(f"  {p.k:2d}  {p.expected_tokens:11.3f}  {p.speedup:6.3f}x{' (extrapolated)' if p.extrapolated else ''}{marks}")
+                lines.append(f"  {p.k:2d}  {p.expected_tokens:11.3f}  {p.speedup:6.3f}x{' (extrapolated)' if p.extrapolated else ''}{marks}")
+        return "\n".join(lines) + "\n"
+
+    _emit(args.output, report, text_report)
     return EXIT_INVALID if verdict.status == "False" else EXIT_VALID
+
+
+# ---- entry point -------------------------------------------------------------------------------
+
+# One function per subcommand adds its parser; a new subcommand is one more entry here.
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_validate, _add_plan, _add_advise, _add_crd, _add_run]
+
+
+class _Version(argparse.Action):
+    """--version, importing the vLLM facts only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from specdeploy import __version__
+        from specdeploy.vllm import DEFAULT_VERSION, SUPPORTED_VERSIONS
+
+        print(f"specdeploy {__version__} (vLLM rules of {', '.join(SUPPORTED_VERSIONS)}; default {DEFAULT_VERSION})")
+        parser.exit()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdeploy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version, help="print the version and the vLLM releases whose rules it knows")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in SUBCOMMANDS:
+        add(sub)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "validate":
-        _check_draft_flag(parser, args)
-    from specdeploy.sources import SourceInvalid, SourceUnavailable
-
+    check = getattr(args, "check", None)
+    if check is not None:
+        check(parser, args)
     try:
-        if args.command == "validate":
-            return _validate(args)
-        if args.command == "plan":
-            return _plan(args)
-        if args.command == "advise":
-            return _advise(args)
-        if args.command == "crd":
-            from specdeploy.api.crd import crd_yaml
+        return args.func(args)
+    except UsageError as exc:
+        return _usage_failure(args, exc.field, exc.message)
+    except (OSError, ValueError) as exc:
+        return _usage_failure(args, "", str(exc))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug, not the user's input: say so in one line, never a traceback
+        if os.environ.get("SPECDEPLOY_DEBUG"):
+            raise
+        return _usage_failure(args, "", f"internal error ({type(exc).__name__}: {exc}); SPECDEPLOY_DEBUG=1 shows the traceback, please report it")
 
-            print(crd_yaml(), end="")
-            return EXIT_VALID
-        from specdeploy.controller.main import run
 
-        run(namespaces=args.namespace, all_namespaces=args.all_namespaces, liveness=args.liveness)
-        return EXIT_VALID
-    except (SourceInvalid, SourceUnavailable) as exc:
-        print(f"specdeploy: {exc.field}: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE
-    except urllib.error.URLError as exc:
-        print(f"specdeploy: {getattr(args, 'metrics', '')}: {exc.reason}", file=sys.stderr)
-        return EXIT_USAGE
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        print(f"specdeploy: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+def _usage_failure(args: argparse.Namespace, field: str, message: str) -> int:
+    """Exit 2, the message on stderr; with -o json/yaml also a machine-readable error on stdout."""
+    print(f"specdeploy: {field + ': ' if field else ''}{message}", file=sys.stderr)
+    output = getattr(args, "output", "text")
+    if output in ("json", "yaml"):
+        data = {"ok": False, "error": {"field": field, "message": message}}
+        print(_dump_json(data) if output == "json" else _dump_yaml(data), end="\n" if output == "json" else "")
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ module, and every finding carries the stage that produced it:
     which vLLM judges  (vllm.versions)                     stage spec
     read the models    (geometry.models)                   stage config
     check the pair     (validation.rules)                  stage pair
+                       (validation.load: what fails when vLLM builds the models)  stage load
     resolve k          (validation.speculative_tokens, then the speculativeConfig keys
                         that depend on it: validation.speculative_config)  stage pair
     plan the layout    (planning.planner)                  stage plan (vLLM's layout rules: pair)
@@ -25,6 +26,7 @@ from specdeploy.planning.plan import Plan
 from specdeploy.planning.planner import layout_findings, plan_layout
 from specdeploy.render.speculative_config import speculative_config
 from specdeploy.validation.extra_args import check_extra_args
+from specdeploy.validation.load import check_load_pair
 from specdeploy.validation.rules import check_pair
 from specdeploy.validation.speculative_config import check_speculative_config
 from specdeploy.validation.speculative_tokens import resolve_num_speculative_tokens
@@ -76,6 +78,7 @@ def evaluate(
     if models is None:
         return Evaluation(tuple(findings + extra_args), None, facts.version)
     findings += check_pair(spec, models, facts)
+    findings += check_load_pair(spec, models, draft.config if draft else None)
     k, k_findings = resolve_num_speculative_tokens(spec, models, k_in_force)
     findings += k_findings + check_speculative_config(spec, k, models, facts)
     if k is None or has_errors(findings):

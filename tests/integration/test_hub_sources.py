@@ -60,7 +60,7 @@ def test_revision_is_requested(hub: FakeHub, tmp_path: Path) -> None:
 def test_unknown_repo_is_a_permanent_error_naming_the_field(hub: FakeHub, tmp_path: Path) -> None:
     result = validate(hub, tmp_path, "--target", "nobody/nothing", "--method", "ngram", "--num-speculative-tokens", "3")
     assert result.returncode == 2
-    assert "spec.target.model" in result.stderr and "not found on the Hub" in result.stderr
+    assert "--target" in result.stderr and "not found on the Hub" in result.stderr and "HF_TOKEN" in result.stderr
 
 
 PROBE = """

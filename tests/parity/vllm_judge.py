@@ -93,6 +93,16 @@ def _kv_check(model_config: Any, tp: int) -> None:
     qkv_split(heads, model_config.get_total_num_kv_heads(), tp)
 
 
+def _dspark_markov_rank_missing(draft_cfg: Any) -> str:
+    """models/qwen3_dspark.py and gemma4_dspark.py read `config.markov_rank` in __init__;
+    the architecture is vLLM's own after SpeculativeConfig's rewrite. The meta-device build
+    (tests/parity/test_memory_parity.py) confirms this failure from the real class."""
+    archs = set(draft_cfg.architectures or ()) | set(getattr(draft_cfg.hf_config, "architectures", None) or ())
+    if archs & {"Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel"} and not hasattr(draft_cfg.hf_config, "markov_rank"):
+        return f"AttributeError: '{type(draft_cfg.hf_config).__name__}' object has no attribute 'markov_rank'"
+    return ""
+
+
 class VllmJudge:
     """Holds one temp dir per model and the target ModelConfigs (independent of TP)."""
 
@@ -153,8 +163,14 @@ class VllmJudge:
             return Verdict(False, "SpeculativeConfig", _first_line(exc))
         draft_cfg = spec.draft_model_config
         if draft_cfg is not None and draft_cfg is not target_cfg:
+            # load_eagle_model / load_dflash_model (v1/worker/gpu/spec_decode/) build these
+            # drafts with the target's VllmConfig and TP group, whatever the draft TP says.
+            built_tp = tp if method in ("eagle", "eagle3", "mtp", "dflash") else spec.draft_parallel_config.tensor_parallel_size
             try:
-                _kv_check(draft_cfg, spec.draft_parallel_config.tensor_parallel_size)
+                _kv_check(draft_cfg, built_tp)
             except Exception as exc:  # noqa: BLE001
-                return Verdict(False, "draft QKVParallelLinear", _first_line(exc))
+                return Verdict(False, "load: draft QKVParallelLinear", _first_line(exc))
+            missing = _dspark_markov_rank_missing(draft_cfg)
+            if missing:
+                return Verdict(False, "load: draft model", missing)
         return Verdict(True, "", "")

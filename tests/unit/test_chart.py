@@ -110,7 +110,7 @@ def test_helm_lint_strict_is_clean(helm, values):
 def test_every_values_set_is_documented():
     """Each ci/ values file is one of the sets docs/install.md describes."""
     doc = (REPO_ROOT / "docs" / "install.md").read_text()
-    assert {p.stem for p in CI_VALUES} == {"cluster-wide-values", "namespaced-values", "secrets-values"}
+    assert {p.stem for p in CI_VALUES} == {"cluster-wide-values", "namespaced-values", "secrets-values", "webhook-values"}
     for path in CI_VALUES:
         assert f"ci/{path.name}" in doc
 
@@ -293,10 +293,14 @@ def test_deployment_is_two_leader_electing_replicas_with_restricted_pod_security
     assert csc["readOnlyRootFilesystem"] is True and csc["runAsNonRoot"] is True
     assert not any(k in pod for k in ("hostNetwork", "hostPID", "hostIPC"))
     # The only writable path is an emptyDir on /tmp (HOME and HF_HOME point there in the image).
+    # With the webhook, its certificate is mounted read-only too.
     container = _container(objects)
-    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
-    (tmp,) = pod["volumes"]
+    webhook = values_of(values)["webhook"]["enabled"]
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}] + (
+        [{"name": "webhook-tls", "mountPath": "/tls", "readOnly": True}] if webhook else [])
+    tmp, *others = pod["volumes"]
     assert tmp["name"] == "tmp" and "emptyDir" in tmp
+    assert all("secret" in v for v in others) and len(others) == int(webhook)
     res = container["resources"]
     assert set(res) == {"requests", "limits"} and {"cpu", "memory"} <= set(res["requests"]) & set(res["limits"])
 
@@ -431,7 +435,64 @@ def test_packaged_chart_renders_the_same_as_the_source_tree(helm, tmp_path):
              "--kube-version", "1.35.0"] + (["--values", str(values)] if values else []),
             capture_output=True, text=True, timeout=120)
         assert packaged.returncode == 0, packaged.stderr
-        assert [d for d in yaml.safe_load_all(packaged.stdout) if d] == render(helm, values)
+        assert _without_generated_certs([d for d in yaml.safe_load_all(packaged.stdout) if d]) == _without_generated_certs(render(helm, values))
+
+
+def _without_generated_certs(objects: list[dict]) -> list[dict]:
+    """helm generates a new webhook certificate on every render."""
+    for obj in objects:
+        if obj["kind"] == "Secret" and obj.get("type") == "kubernetes.io/tls":
+            obj["data"] = {k: "<generated>" for k in obj["data"]}
+        for hook in obj.get("webhooks", []) if obj["kind"] == "ValidatingWebhookConfiguration" else []:
+            hook["clientConfig"].pop("caBundle", None)
+    return objects
+
+
+# --- the admission webhook ------------------------------------------------------------------
+
+
+def _webhook_objects(helm, *sets: str) -> list[dict]:
+    return render(helm, None, "--set", "webhook.enabled=true", *[a for s in sets for a in ("--set", s)])
+
+
+def test_webhook_is_off_by_default(helm):
+    assert not by_kind(render(helm), "ValidatingWebhookConfiguration")
+
+
+def test_webhook_with_a_generated_certificate(helm):
+    from specdeploy.controller.webhook import CERT_DIR_ENV, HANDLER_ID, PORT_ENV
+
+    objects = _webhook_objects(helm)
+    (config,) = by_kind(objects, "ValidatingWebhookConfiguration")
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
+    assert hook["clientConfig"]["service"]["path"] == f"/{HANDLER_ID}" and hook["clientConfig"]["caBundle"]
+    assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    secret = next(o for o in by_kind(objects, "Secret") if o["type"] == "kubernetes.io/tls")
+    assert secret["data"]["ca.crt"] == hook["clientConfig"]["caBundle"]
+    service = next(o for o in by_kind(objects, "Service") if o["metadata"]["name"] == hook["clientConfig"]["service"]["name"])
+    (deployment,) = by_kind(objects, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env[PORT_ENV] == "9443" and env[CERT_DIR_ENV] == "/tls"
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in container["ports"]
+    assert service["spec"]["ports"][0]["targetPort"] == "webhook"
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "webhook-tls")
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+
+
+def test_webhook_with_cert_manager(helm):
+    objects = _webhook_objects(helm, "webhook.certManager.enabled=true", "webhook.failurePolicy=Fail")
+    (config,) = by_kind(objects, "ValidatingWebhookConfiguration")
+    (certificate,) = by_kind(objects, "Certificate")
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{certificate['metadata']['name']}"
+    assert "caBundle" not in config["webhooks"][0]["clientConfig"] and config["webhooks"][0]["failurePolicy"] == "Fail"
+    assert by_kind(objects, "Issuer") and not [o for o in by_kind(objects, "Secret") if o.get("type") == "kubernetes.io/tls"]
+    with_issuer = _webhook_objects(helm, "webhook.certManager.enabled=true", "webhook.certManager.issuerRef.kind=ClusterIssuer",
+                                   "webhook.certManager.issuerRef.name=corp-ca")
+    assert not by_kind(with_issuer, "Issuer")
+    assert by_kind(with_issuer, "Certificate")[0]["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
+
 
 
 def test_one_replica_runs_without_leader_election_and_a_service_monitor_is_optional(helm):
@@ -443,3 +504,4 @@ def test_one_replica_runs_without_leader_election_and_a_service_monitor_is_optio
     assert not by_kind(objects, "PodDisruptionBudget")
     (monitor,) = by_kind(objects, "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+

@@ -77,17 +77,18 @@ def test_bad_spec_field_exits_1_naming_the_field(tmp_path: Path) -> None:
                   "spec:\n  target: {model: a/b}\n  draft: {method: eagle9, model: c/d}\n  replicas: -1\n")
     result = run("plan", "-f", str(cr), "-o", "json")
     assert result.returncode == 1
-    findings = json.loads(result.stdout)["findings"]
+    findings = json.loads(result.stdout)["results"][0]["findings"]
     assert {"spec.draft.method", "spec.replicas"} <= {f["field"] for f in findings}
     assert {f["stage"] for f in findings} == {"spec"}
 
 
 def test_rollout_limits_must_be_counts_or_percentages(tmp_path: Path) -> None:
     cr = tmp_path / "sd.yaml"
-    cr.write_text("spec:\n  target: {model: a/b}\n  draft: {method: ngram, numSpeculativeTokens: 3}\n  rollout: {maxSurge: abc}\n")
+    cr.write_text("apiVersion: specdeploy.io/v1alpha1\nkind: SpeculativeDeployment\nmetadata: {name: x}\n"
+                  "spec:\n  target: {model: a/b}\n  draft: {method: ngram, numSpeculativeTokens: 3}\n  rollout: {maxSurge: abc}\n")
     result = run("plan", "-f", str(cr), "-o", "json")
     assert result.returncode == 1
-    finding = json.loads(result.stdout)["findings"][0]
+    finding = json.loads(result.stdout)["results"][0]["findings"][0]
     assert finding["field"] == "spec.rollout.maxSurge" and "percentage" in finding["message"]
 
 
@@ -101,7 +102,7 @@ def test_plan_reads_config_maps_from_the_same_stream(tmp_path: Path) -> None:
     result = run("plan", "-f", str(stream), "-o", "json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert [m["kind"] for m in out["manifests"]] == ["Deployment", "Service", "PodDisruptionBudget"]
+    assert [m["kind"] for m in out["results"][0]["manifests"]] == ["Deployment", "Service", "PodDisruptionBudget"]
     without = run("plan", "-f", str(Path(__file__).parents[2] / "examples" / "llama-3.1-70b-eagle3.yaml"))
     assert without.returncode == 2 and "spec.draft.configMapRef" in without.stderr and "llama-70b-eagle3-draft" in without.stderr
 
@@ -134,7 +135,7 @@ def _medusa_cr(tmp_path: Path, image: str, **extra: str) -> Path:
 def test_the_image_tag_picks_the_rules_medusa_is_gone_from_0_33(tmp_path: Path, image: str, code: int, version: str) -> None:
     result = run("plan", "-f", str(_medusa_cr(tmp_path, image)), "-o", "json")
     assert result.returncode == code, result.stdout + result.stderr
-    out = json.loads(result.stdout)
+    (out,) = json.loads(result.stdout)["results"]
     assert out["vllmVersion"] == version
     if code:
         (finding,) = [f for f in out["findings"] if f["severity"] == "error"]
@@ -148,7 +149,7 @@ def test_the_image_tag_picks_the_rules_medusa_is_gone_from_0_33(tmp_path: Path, 
                                    "vllm/vllm-openai:v0.99.0"])
 def test_an_image_with_no_rule_set_is_judged_by_the_newest_with_a_warning(tmp_path: Path, image: str) -> None:
     result = run("plan", "-f", str(_medusa_cr(tmp_path, image)), "-o", "json")
-    out = json.loads(result.stdout)
+    (out,) = json.loads(result.stdout)["results"]
     assert out["vllmVersion"] == "0.33.0"
     (warning,) = [f for f in out["findings"] if f["code"] == "vllm-version-unknown"]
     assert warning["severity"] == "warning" and warning["field"] == "spec.image" and warning["stage"] == "spec"
@@ -157,7 +158,7 @@ def test_an_image_with_no_rule_set_is_judged_by_the_newest_with_a_warning(tmp_pa
 def test_vllm_version_overrides_the_image_tag(tmp_path: Path) -> None:
     result = run("plan", "-f", str(_medusa_cr(tmp_path, "my-registry/vllm:prod", vllmVersion="0.32.0")), "-o", "json")
     assert result.returncode == 0, result.stdout
-    out = json.loads(result.stdout)
+    (out,) = json.loads(result.stdout)["results"]
     assert out["vllmVersion"] == "0.32.0" and not [f for f in out["findings"] if f["code"] == "vllm-version-unknown"]
 
 
@@ -175,7 +176,7 @@ def test_validate_judges_a_key_only_0_33_has_by_the_chosen_release(tmp_path: Pat
     result = run("plan", "-f", str(cr), "-o", "json")
     assert result.returncode == code, result.stdout
     if code:
-        assert json.loads(result.stdout)["findings"][0]["field"] == "spec.draft.speculativeConfig.draft_lm_head_quantization"
+        assert json.loads(result.stdout)["results"][0]["findings"][0]["field"] == "spec.draft.speculativeConfig.draft_lm_head_quantization"
     target_file, draft_file = tmp_path / "t.json", tmp_path / "d.json"
     target_file.write_text(json.dumps(target))
     draft_file.write_text(json.dumps(draft))

@@ -22,18 +22,32 @@ from specdeploy.api.spec import (
     API_GROUP,
     API_VERSION,
     KIND,
+    NO_SPACE_RE,
     PLURAL,
+    QUANTITY_RE,
+    RESOURCE_NAME_RE,
     SHORT_NAMES,
     SINGULAR,
     SpeculativeDeploymentSpec,
 )
 from specdeploy.api.status import SpeculativeDeploymentStatus
+from specdeploy.vllm.drafts import MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS
 
 Schema = dict[str, Any]
 
+
+def _cel_string(text: str) -> str:
+    """A regex as a CEL single-quoted string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _cel_list(items: frozenset[str]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in sorted(items)) + "]"
+
+
 _INT_OR_AUTO = [{"rule": "type(self) == int ? self >= 1 : self == 'auto'", "message": "must be 'auto' or an integer >= 1"}]
 _INT_OR_PERCENT = [{"rule": "type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')", "message": "must be an integer >= 0 or a percentage like '25%'"}]
-_NO_SPACE = {"rule": "!self.matches('\\\\s')", "message": "must not contain whitespace"}
+_NO_SPACE = {"rule": f"!self.matches({_cel_string(NO_SPACE_RE)})", "message": "must not contain whitespace"}
 _NOT_EMPTY = {"rule": "self.size() > 0", "message": "must not be empty"}
 _ONE_CONFIG_SOURCE = {"rule": "!(has(self.config) && has(self.configMapRef))", "message": "set at most one of config and configMapRef"}
 
@@ -41,17 +55,24 @@ _ONE_CONFIG_SOURCE = {"rule": "!(has(self.config) && has(self.configMapRef))", "
 CEL_RULES: dict[str, list[dict[str, str]]] = {
     "target": [_ONE_CONFIG_SOURCE],
     "target.model": [_NO_SPACE],
-    "draft": [_ONE_CONFIG_SOURCE],
+    # Cross-field rules of DraftSpec._model_needed, so `kubectl apply` refuses them with no webhook.
+    "draft": [
+        _ONE_CONFIG_SOURCE,
+        {"rule": f"self.method in {_cel_list(MODEL_FREE_METHODS | TARGET_AS_DRAFT_METHODS)} || has(self.model)",
+         "message": "this method needs draft.model (a Hub repo id or a path); only ngram, suffix, mtp and dspark draft without one"},
+        {"rule": f"!(self.method in {_cel_list(MODEL_FREE_METHODS)}) || !(has(self.model) || has(self.config) || has(self.configMapRef))",
+         "message": "ngram and suffix use no draft model: remove draft.model/config/configMapRef"},
+    ],
     "draft.model": [_NO_SPACE],
     "draft.tensorParallelSize": _INT_OR_AUTO,
     "draft.numSpeculativeTokens": [{"rule": "type(self) == int ? self >= 1 && self <= 64 : self == 'auto'", "message": "must be 'auto' or an integer from 1 to 64"}],
     "parallelism.tensorParallelSize": _INT_OR_AUTO,
     "parallelism.pipelineParallelSize": _INT_OR_AUTO,
     "image": [_NOT_EMPTY, _NO_SPACE],
-    "resources.gpu.resourceName": [{"rule": "self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')", "message": "must be an extended resource name like nvidia.com/gpu"}],
+    "resources.gpu.resourceName": [{"rule": f"self.matches({_cel_string(RESOURCE_NAME_RE)})", "message": "must be an extended resource name like nvidia.com/gpu"}],
     "rollout.maxSurge": _INT_OR_PERCENT,
     "rollout.maxUnavailable": _INT_OR_PERCENT,
-    "modelCache.sizeLimit": [{"rule": "self.matches('^[0-9]+(\\\\.[0-9]+)?([KMGTPE]i|[kMGTPE])?$')", "message": "must be a Kubernetes quantity like 200Gi"}],
+    "modelCache.sizeLimit": [{"rule": f"self.matches({_cel_string(QUANTITY_RE)})", "message": "must be a Kubernetes quantity like 200Gi"}],
     "vllm.extraArgs[]": [_NOT_EMPTY],
 }
 

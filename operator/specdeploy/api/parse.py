@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Stage, error
+
+
+def _spec_error(code: str, field: str, message: str) -> Finding:
+    """Findings about the object itself: stage spec (the Validated condition)."""
+    return error(code, field, message, Stage.SPEC)
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -27,7 +34,7 @@ def findings_from_validation_error(exc: ValidationError) -> list[Finding]:
             message = f"unknown field {loc[-1]!r}"
         elif item["type"] == "missing":
             message = "field required"
-        findings.append(error("spec-invalid", _field_path(loc), message, Stage.SPEC))
+        findings.append(_spec_error("spec-invalid", _field_path(loc), message))
     return findings
 
 
@@ -44,3 +51,96 @@ def spec_of_document(document: dict[str, Any]) -> dict[str, Any]:
     if isinstance(document, dict) and "spec" in document and set(document) <= object_keys:
         return document["spec"] or {}
     return document
+
+
+# --- whole objects, as `kubectl apply` sends them --------------------------------------------
+
+# k8s.io/apimachinery/pkg/util/validation: IsDNS1123Subdomain (object names, <= 253) and
+# IsDNS1123Label (namespaces, <= 63).
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_SUBDOMAIN_RE = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
+DNS1123_LABEL_RE = re.compile(rf"^{_DNS1123_LABEL}$")
+# The operator names its Service `<name>-api` (a DNS-1035 label, <= 63) and labels every child
+# with the name (a label value, <= 63): a name the API server takes but the children cannot carry.
+CHILD_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+CHILD_NAME_MAX = 63 - len("-api")
+OBJECT_KEYS = ("apiVersion", "kind", "metadata", "spec", "status")
+
+
+@dataclass(frozen=True)
+class ParsedObject:
+    """One SpeculativeDeployment of a stream: where it is, its spec if it parses, and why not."""
+
+    name: str
+    namespace: str
+    spec: SpeculativeDeploymentSpec | None
+    findings: tuple[Finding, ...]
+
+
+def _name_findings(field: str, value: Any, *, namespace: bool) -> list[Finding]:
+    if not isinstance(value, str):
+        return [_spec_error("object-invalid", field, f"must be a string, got {type(value).__name__}")]
+    limit, pattern, what = (63, DNS1123_LABEL_RE, "a DNS-1123 label") if namespace else (253, DNS1123_SUBDOMAIN_RE, "a DNS-1123 subdomain")
+    if len(value) > limit:
+        return [_spec_error("object-invalid", field, f"must be at most {limit} characters, got {len(value)}")]
+    if not pattern.match(value):
+        return [_spec_error("object-invalid", field, f"{value!r} is not {what}: lower-case letters, digits and '-'"
+                      f"{'' if namespace else ' (and dots between labels)'}, starting and ending with a letter or digit")]
+    if not namespace and (len(value) > CHILD_NAME_MAX or not CHILD_NAME_RE.match(value)):
+        return [_spec_error("name-unusable", field, f"{value!r} is a valid object name, but the operator names its Service '<name>-api' "
+                      f"(a DNS-1035 label): use at most {CHILD_NAME_MAX} characters, starting with a letter, no dots")]
+    return []
+
+
+def envelope_findings(document: dict[str, Any]) -> list[Finding]:
+    """apiVersion, kind and the top-level keys, as the API server checks them."""
+    expected = f"{API_GROUP}/{API_VERSION}"
+    findings = []
+    if document.get("apiVersion") != expected:
+        findings.append(_spec_error("object-invalid", "apiVersion", f"must be {expected}, got {document.get('apiVersion')!r}"))
+    if document.get("kind") != KIND:
+        findings.append(_spec_error("object-invalid", "kind", f"must be {KIND}, got {document.get('kind')!r}"))
+    for key in document:
+        if key not in OBJECT_KEYS:
+            findings.append(_spec_error("object-invalid", str(key), f"unknown field {key!r}: an object has {', '.join(OBJECT_KEYS)}"))
+    if not isinstance(document.get("spec"), dict):
+        findings.append(_spec_error("spec-invalid", "spec", "field required: a mapping with target and draft"))
+    return findings
+
+
+def is_bare_spec(document: Any) -> bool:
+    """The CLI's shorthands, which no one would `kubectl apply`: a spec on its own, or a
+    document holding only `spec:`. Anything with apiVersion, kind or metadata is an object."""
+    return isinstance(document, dict) and (not set(document) & set(OBJECT_KEYS) or set(document) == {"spec"})
+
+
+def parse_object(document: Any, *, default_namespace: str = "default", namespace_override: str | None = None) -> ParsedObject:
+    """Judge one document of a stream the way the API server and then the operator would."""
+    if not isinstance(document, dict):
+        return ParsedObject("", default_namespace, None, (_spec_error("object-invalid", "", f"a document must be a mapping, got {type(document).__name__}"),))
+    if is_bare_spec(document):
+        spec, findings = parse_spec(spec_of_document(document))
+        return ParsedObject("specdeploy", namespace_override or default_namespace, spec, tuple(findings))
+    findings = envelope_findings(document)
+    metadata = document.get("metadata")
+    name: Any = ""
+    namespace: Any = namespace_override or default_namespace
+    if not isinstance(metadata, dict):
+        findings.append(_spec_error("object-invalid", "metadata", "field required: a mapping with at least name"))
+    else:
+        if "name" not in metadata:
+            findings.append(_spec_error("object-invalid", "metadata.name", "field required"))
+        else:
+            name = metadata["name"]
+            findings += _name_findings("metadata.name", name, namespace=False)
+        if "namespace" in metadata:
+            findings += _name_findings("metadata.namespace", metadata["namespace"], namespace=True)
+            if not namespace_override:
+                namespace = metadata["namespace"]
+    spec = None
+    if isinstance(document.get("spec"), dict):
+        spec, spec_findings = parse_spec(document["spec"])
+        findings += spec_findings
+    if findings:
+        spec = None if any(f.severity.value == "error" for f in findings) else spec
+    return ParsedObject(name if isinstance(name, str) else repr(name), namespace if isinstance(namespace, str) else repr(namespace), spec, tuple(findings))

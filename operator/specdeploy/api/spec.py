@@ -3,9 +3,10 @@ CLI's input and the operator's parsed view. The CRD is generated from these clas
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+import re
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from specdeploy.vllm import DEFAULT_IMAGE
@@ -27,6 +28,40 @@ Method = Literal[
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 
 MAX_NUM_SPECULATIVE_TOKENS = 64
+
+# Value rules the CRD states in CEL (api/crd.py builds its rules from these same patterns), restated
+# here so `specdeploy plan` and the webhook refuse what the API server would.
+NO_SPACE_RE = r"\s"
+RESOURCE_NAME_RE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+QUANTITY_RE = r"^[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?$"
+
+
+def _no_space(value: str) -> str:
+    if re.search(NO_SPACE_RE, value):
+        raise ValueError("must not contain whitespace")
+    return value
+
+
+def _matching(pattern: str, message: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not re.search(pattern, value):
+            raise ValueError(f"{message}, got {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _not_empty(value: str) -> str:
+    if not value:
+        raise ValueError("must not be empty")
+    return value
+
+
+NoSpace = Annotated[str, AfterValidator(_no_space)]
+NonEmpty = Annotated[str, AfterValidator(_not_empty)]
+ResourceName = Annotated[str, _matching(RESOURCE_NAME_RE, "must be an extended resource name like nvidia.com/gpu")]
+Quantity = Annotated[str, _matching(QUANTITY_RE, "must be a Kubernetes quantity like 200Gi")]
+
 Auto = Literal["auto"]
 IntOrAuto = Union[Auto, int]
 
@@ -46,10 +81,11 @@ def draft_model_rule(method: str) -> Literal["none", "optional", "required"]:
 
 
 class SpecModel(BaseModel):
-    """camelCase on the wire, snake_case in Python; unknown fields are errors, not silence."""
+    """camelCase on the wire, snake_case in Python; unknown fields are errors, not silence.
+    Strict: types exactly as the CRD's schema has them (`replicas: "2"` is refused there too)."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
     )
 
 
@@ -61,7 +97,7 @@ class ConfigMapRef(SpecModel):
 class ModelSource(SpecModel):
     """Where a model's weights live and where the operator reads its config.json."""
 
-    model: str = Field(description="Hugging Face Hub repo id (org/name) or a path inside the image or model volume.", min_length=1, max_length=512)
+    model: NoSpace = Field(description="Hugging Face Hub repo id (org/name) or a path inside the image or model volume.", min_length=1, max_length=512)
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) for weights and config.", max_length=128)
     trust_remote_code: bool = Field(False, description="Pass --trust-remote-code to vLLM (needed by models that ship their own code, e.g. Kimi-K3).")
     config: dict[str, Any] | None = Field(None, description="The model's config.json inline, for clusters where the operator cannot reach the Hub.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
@@ -83,7 +119,7 @@ class DraftSpec(SpecModel):
     """The speculative method and, where it has one, the draft checkpoint."""
 
     method: Method = Field(description="vLLM speculative method. ngram and suffix need no draft model; mtp uses the target's own MTP layers, and dspark without a model the DSpark head inside the target checkpoint (DeepSeek-V4).")
-    model: str | None = Field(None, description="Draft Hub repo id or path. Required for every method except ngram, suffix, mtp and (DeepSeek-V4 in-checkpoint) dspark.", max_length=512)
+    model: NoSpace | None = Field(None, description="Draft Hub repo id or path. Required for every method except ngram, suffix, mtp and (DeepSeek-V4 in-checkpoint) dspark.", min_length=1, max_length=512)
     revision: str | None = Field(None, description="Hub revision of the draft.", max_length=128)
     trust_remote_code: bool = Field(False, description="Whether the draft's config needs remote code to parse (vLLM inherits the target's setting).")
     config: dict[str, Any] | None = Field(None, description="The draft's config.json inline.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
@@ -110,7 +146,7 @@ class DraftSpec(SpecModel):
         if self.config is not None and self.config_map_ref is not None:
             raise ValueError("set at most one of config and configMapRef")
         rule = draft_model_rule(self.method)
-        if rule == "none" and (self.model or self.config or self.config_map_ref):
+        if rule == "none" and (self.model is not None or self.config is not None or self.config_map_ref is not None):
             raise ValueError(f"method {self.method} uses no draft model: remove draft.model/config/configMapRef")
         if rule == "required" and not self.model:
             raise ValueError(f"method {self.method} needs draft.model (a Hub repo id or a path)")
@@ -125,7 +161,7 @@ class GpuSpec(SpecModel):
     product: str | None = Field(None, description="GPU product from the catalog, e.g. H100-80GB, H200-141GB, B200-180GB, MI300X-192GB (case-insensitive; the bare name is an alias where unambiguous).", max_length=64)
     memory_gi_b: float | None = Field(None, alias="memoryGiB", gt=0, description="GPU memory in GiB, for a GPU not in the catalog (overrides the product's).")
     per_node: int = Field(8, ge=1, le=64, description="GPUs per node; tensor parallelism is kept inside a node where possible.")
-    resource_name: str | None = Field(None, description="Extended resource requested per pod. Default: the product's vendor's (nvidia.com/gpu, amd.com/gpu); nvidia.com/gpu when no product is named.", max_length=253)
+    resource_name: ResourceName | None = Field(None, description="Extended resource requested per pod. Default: the product's vendor's (nvidia.com/gpu, amd.com/gpu); nvidia.com/gpu when no product is named.", max_length=253)
 
 
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
@@ -169,13 +205,13 @@ class EnvVar(SpecModel):
 
 
 class VllmSpec(SpecModel):
-    extra_args: list[str] = Field(default_factory=list, max_length=64, description="Extra vLLM CLI args, each one element. Flags the plan owns (--tensor-parallel-size, --speculative-config, ...) are refused.")
+    extra_args: list[NonEmpty] = Field(default_factory=list, max_length=64, description="Extra vLLM CLI args, each one element. Flags the plan owns (--tensor-parallel-size, --speculative-config, ...) are refused.")
     env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables for the vLLM container.")
 
 
 class ModelCacheSpec(SpecModel):
     persistent_volume_claim: str | None = Field(None, description="Existing PVC mounted as the Hugging Face cache (shared across restarts).", max_length=253)
-    size_limit: str = Field("200Gi", description="Size limit of the emptyDir used when no PVC is named.", max_length=32)
+    size_limit: Quantity = Field("200Gi", description="Size limit of the emptyDir used when no PVC is named.", max_length=32)
 
 
 class SchedulingSpec(SpecModel):
@@ -212,7 +248,7 @@ class SpeculativeDeploymentSpec(SpecModel):
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec, description="Tensor and pipeline parallelism of the target.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="Serving limits that size the KV cache.")
     replicas: int = Field(1, ge=0, le=1000, description="Number of serving replicas (each may span several nodes).")
-    image: str = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`. Its release tag (vX.Y.Z, X.Y.Z, vX.Y.Z-cu130) decides which vLLM release's rules judge the spec, unless vllmVersion is set.", max_length=512)
+    image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`. Its release tag (vX.Y.Z, X.Y.Z, vX.Y.Z-cu130) decides which vLLM release's rules judge the spec, unless vllmVersion is set.", max_length=512)
     vllm_version: str | None = Field(None, description="The vLLM release the image runs (X.Y.Z), for images whose tag is not a release tag (latest, nightly, a digest, a private build). Its rules judge the spec.", pattern=r"^\d+\.\d+\.\d+$", max_length=32)
     vllm: VllmSpec = Field(default_factory=VllmSpec, description="Extra vLLM args and environment.")
     hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Secret holding a Hugging Face token, injected as HF_TOKEN via secretKeyRef only.")

@@ -86,7 +86,9 @@ class SpeculativeDeploymentStatus(SpecModel):
     """Observed state: verdict, plan, and the workload's readiness."""
 
     observed_generation: int | None = Field(None, ge=0, description="The .metadata.generation the operator last acted on.")
-    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Validated, Planned, Progressing, Available, Ready, the kstatus pair, and SpeculationEffective.")
+    # listType map keyed by type: one condition per type, and server-side apply merges by type.
+    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Validated, Planned, Progressing, Available, Ready, the kstatus pair, and SpeculationEffective.",
+                                        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     plan: dict[str, Any] | None = Field(None, description="The parallelism and memory plan with every decision explained (same shape as `specdeploy plan`).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     findings: list[FindingStatus] = Field(default_factory=list, max_length=256, description="Validation findings for the current spec.")
     replicas: int | None = Field(None, ge=0, description="Serving replicas the workload has (scale subresource).")

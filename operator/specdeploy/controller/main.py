@@ -22,7 +22,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
-from specdeploy.controller import leader, telemetry
+from specdeploy.controller import leader, telemetry, webhook
 from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
 from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
@@ -67,6 +67,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
                      on_response=METRICS.on_response)
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
     memo.desired, memo.configs, memo.evaluations = memory.desired, memory.configs, memory.evaluations
+    # The validating webhook (controller/webhook.py), when the chart enables it.
+    settings.admission.server = webhook.server_from_env()
+    if webhook.enabled():
+        webhook.warm_up()
     _warm_up()
 
 
@@ -237,6 +241,7 @@ class _QuietWatchHandlers(logging.Filter):
         return not any(record.msg.startswith(f"Handler '{id_}' succeeded") for id_ in self._IDS)
 
 
+webhook.register(registry)
 telemetry.register(registry)
 
 

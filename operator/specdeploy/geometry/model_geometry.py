@@ -6,6 +6,7 @@ Sources for each derivation: vllm/transformers_utils/model_arch_config_convertor
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,8 @@ class Geometry:
     linear_attn_head_dim: int = 0
     tie_word_embeddings: bool = False
     quantization: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The LLM config as vLLM reads it, for the per-layer cache rules (planning/kv_cache.py).
+    text_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_moe(self) -> bool:
@@ -106,7 +109,9 @@ def parse_config(raw: dict[str, Any]) -> PretrainedConfig | dict[str, Any]:
     if cls is None:
         return raw
     try:
-        return cls.from_dict(dict(raw))
+        # `from_dict` with no kwargs is exactly `cls(**config_dict)` plus a logger.info whose
+        # f-string serialises the whole config (~10 ms) even when the level drops the record.
+        return cls(**dict(raw))
     except Exception as exc:  # transformers raises several types; all mean "rejected"
         message = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
         raise ConfigRejected(f"{cls.__name__} rejects this config: {message}") from exc
@@ -166,7 +171,28 @@ def _architectures(config: Any, text: Any, model_type: str) -> tuple[str, ...]:
     return (base,) if isinstance(base, str) else ()
 
 
+# Same config, same release, same field -> same answer: a GitOps stream names one model in many
+# CRs, and the operator re-reads the same configs on every reconcile. Bounded; Geometry is frozen.
+_MEMO: dict[tuple[str, str, str], tuple[Geometry | None, tuple[Finding, ...]]] = {}
+_MEMO_SIZE = 256
+
+
 def read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> tuple[Geometry | None, list[Finding]]:
+    """`_read_geometry`, memoised on the config's canonical JSON (a fresh findings list each call)."""
+    try:
+        key = (json.dumps(raw, sort_keys=True, allow_nan=True), field_prefix, facts.version)
+    except (TypeError, ValueError):  # not JSON-shaped: judge it uncached
+        return _read_geometry(raw, field_prefix, facts)
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.clear()
+        geometry, findings = _read_geometry(raw, field_prefix, facts)
+        _MEMO[key] = (geometry, tuple(findings))
+    geometry, findings = _MEMO[key]
+    return geometry, list(findings)
+
+
+def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> tuple[Geometry | None, list[Finding]]:
     """Geometry of one config.json as `facts`' vLLM release reads it; findings (stage `config`)
     name `field_prefix`.<key> for what is wrong."""
     if not isinstance(raw, dict):
@@ -276,5 +302,6 @@ def read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> t
         linear_attn_head_dim=int(linear.get("head_dim", 0)) if isinstance(linear, dict) else 0,
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
         quantization=quant,
+        text_config=text.to_dict() if isinstance(text, PretrainedConfig) else dict(text),
     )
     return geometry, []

@@ -1,19 +1,17 @@
 """Per-GPU memory of a layout: weights + KV cache + a reserve for activations.
 
-KV sizes follow vllm/v1/kv_cache_interface.py: full attention stores K and V per KV
-head; MLA stores one latent of (kv_lora_rank + qk_rope_head_dim) per token and layer,
-replicated on every TP rank (only decode-context parallelism would shrink it)."""
+The KV cache and state of every layer, and the need vLLM's start-up check counts for
+them, are in planning/kv_cache.py; this module says which layers each method builds."""
 
 from __future__ import annotations
 
-import math
-
 from specdeploy.geometry import Geometry
+from specdeploy.validation.load import built_draft_tp
+from specdeploy.vllm.drafts import DRAFT_KV_FREE_METHODS, SHARES_TARGET_EMBEDDINGS
+from specdeploy.planning.kv_cache import STATE, CacheNeed, LayerCache, cache_need, model_layer_caches
 
 GIB = 1024**3
 _DTYPE_BYTES = {"float32": 2, "float": 2, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "float8_e4m3fn": 1}
-_KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2}
-FP8_DS_MLA_BYTES_PER_TOKEN = 656  # MLAAttentionSpec with the fp8_ds_mla layout
 
 
 def model_dtype_bytes(model: Geometry) -> int:
@@ -63,25 +61,48 @@ def estimate_weight_bytes(m: Geometry) -> int:
     return (plain + routed) * model_dtype_bytes(m)
 
 
-def kv_bytes_per_token(m: Geometry, tp: int, pp: int, kv_cache_dtype: str, layers: int | None = None) -> int:
-    """KV bytes one token costs on one GPU of the busiest pipeline stage."""
-    layers_per_stage = math.ceil((layers if layers is not None else m.num_kv_cache_layers) / pp)
-    if m.uses_mla:
-        if kv_cache_dtype == "fp8_ds_mla":
-            return layers_per_stage * FP8_DS_MLA_BYTES_PER_TOKEN
-        return layers_per_stage * m.head_size * _KV_DTYPE_BYTES.get(kv_cache_dtype, model_dtype_bytes(m))
-    kv_heads_per_gpu = max(1, m.num_kv_heads // tp)
-    return layers_per_stage * 2 * kv_heads_per_gpu * m.head_size * _KV_DTYPE_BYTES.get(kv_cache_dtype, model_dtype_bytes(m))
 
 
-def state_bytes_per_sequence(m: Geometry, tp: int, pp: int) -> int:
-    """Fixed recurrent state of linear-attention layers (Kimi-K3's KDA): heads x d x d in
-    fp32 per layer, split across TP."""
-    if not m.num_state_layers:
-        return 0
-    heads = max(1, (m.linear_attn_heads or m.num_attention_heads) // tp)
-    d = m.linear_attn_head_dim or m.head_dim
-    return math.ceil(m.num_state_layers / pp) * heads * d * d * 4
+
+
+def estimate_draft_weight_bytes(method: str, draft: Geometry, target_vocab_size: int) -> int:
+    """The draft's checkpoint size from its config, without what it shares with the target."""
+    total = estimate_weight_bytes(draft)
+    if method not in SHARES_TARGET_EMBEDDINGS:
+        return total
+    embed = draft.vocab_size * draft.hidden_size * (1 if draft.tie_word_embeddings else 2)
+    own_head = draft.draft_vocab_size * draft.hidden_size if draft.draft_vocab_size and draft.draft_vocab_size != target_vocab_size else 0
+    return max(0, total - embed * model_dtype_bytes(draft)) + own_head * model_dtype_bytes(draft)
+
+
+def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int, draft_tp: int | None,
+                 pp: int, kv_cache_dtype: str, k: int, mamba_ssm_cache_dtype: str = "auto") -> list[LayerCache]:
+    """Every layer cache vLLM allocates on one GPU: the target's, then the draft's."""
+    caches = model_layer_caches(target, tp, pp, kv_cache_dtype, k, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
+    if draft is None or method in DRAFT_KV_FREE_METHODS:
+        return caches
+    built_tp = built_draft_tp(method, tp, draft_tp) or tp
+    if method == "mtp":  # the target's own MTP layers, of the target's attention kind
+        layers = (draft.mtp.n_predict if draft.mtp else None) or 1
+        return caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=layers, role="draft")
+    return caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=draft.num_kv_cache_layers, role="draft")
+
+
+def attention_bytes_per_token(caches: list[LayerCache]) -> int:
+    """What one more token of context costs on this GPU across its attention layers."""
+    return sum(c.bytes_per_token * c.layers for c in caches if c.kind != STATE)
+
+
+def state_bytes_per_sequence(caches: list[LayerCache]) -> int:
+    """Fixed per-sequence state of the Mamba-style layers (one page, before padding)."""
+    return sum(c.state_bytes * c.layers for c in caches if c.kind == STATE)
+
+
+def kv_cache_need(caches: list[LayerCache], max_model_len: int, sequences: int, k: int) -> CacheNeed:
+    """The GPU start-up check's figure: prefix caching is on by default for generation
+    models (engine/arg_utils.py), which puts hybrid models in Mamba `align` mode."""
+    return cache_need(caches, max_model_len=max_model_len, sequences=sequences,
+                      num_speculative_tokens=k, mamba_align_mode=True)
 
 
 def activation_reserve_gib(gpu_memory_gib: float) -> float:

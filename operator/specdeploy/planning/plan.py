@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdeploy.planning.kv_cache import LayerCache
+
 
 @dataclass(frozen=True)
 class ModelLayout:
@@ -28,16 +30,27 @@ class ModelLayout:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Per-GPU memory of one layout, in GiB; `fits` compares with the usable budget."""
+    """Per-GPU memory of one layout; `fits` compares with the usable budget.
+
+    `kv_cache_bytes` is exact: what vLLM's start-up check (`_check_enough_kv_cache_memory`)
+    needs for minConcurrentSequences requests of maxModelLen, null block included; the
+    per-layer-type breakdown is in `layers`."""
 
     gpu_memory_gib: float
     budget_gib: float  # gpuMemoryUtilization x GPU memory
     target_weights_gib: float
     draft_weights_gib: float
-    kv_cache_gib: float  # maxModelLen x minConcurrentSequences, target + draft
+    kv_cache_bytes: int
     activation_reserve_gib: float
-    kv_bytes_per_token: int  # per GPU, target + draft
+    kv_bytes_per_token: int  # per GPU, target + draft attention layers
+    state_bytes_per_sequence: int  # per GPU, Mamba-style layers (KDA, GatedDeltaNet)
+    block_size: int  # tokens per KV block after hybrid alignment
+    layers: tuple[LayerCache, ...]
     weights_source: str
+
+    @property
+    def kv_cache_gib(self) -> float:
+        return self.kv_cache_bytes / 1024**3
 
     @property
     def required_gib(self) -> float:
@@ -54,9 +67,13 @@ class MemoryEstimate:
             "targetWeightsGiB": round(self.target_weights_gib, 2),
             "draftWeightsGiB": round(self.draft_weights_gib, 2),
             "kvCacheGiB": round(self.kv_cache_gib, 2),
+            "kvCacheBytes": self.kv_cache_bytes,
             "activationReserveGiB": round(self.activation_reserve_gib, 2),
             "requiredGiB": round(self.required_gib, 2),
             "kvBytesPerTokenPerGpu": self.kv_bytes_per_token,
+            "stateBytesPerSequencePerGpu": self.state_bytes_per_sequence,
+            "kvBlockSize": self.block_size,
+            "layers": [layer.to_dict() for layer in self.layers],
             "weightsSource": self.weights_source,
             "fits": self.fits,
         }

@@ -11,18 +11,23 @@ from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Severity, Stage, error, has_errors, info
 from specdeploy.geometry import Geometry, ModelInputs, Models
 from specdeploy.planning.gpus import GpuProduct, UnknownGpuError, lookup_gpu, resource_name
+from specdeploy.planning.cache_volume import check_model_cache
 from specdeploy.planning.memory import (
     GIB,
     activation_reserve_gib,
+    attention_bytes_per_token,
+    estimate_draft_weight_bytes,
     estimate_weight_bytes,
-    kv_bytes_per_token,
+    kv_cache_need,
+    layer_caches,
     state_bytes_per_sequence,
 )
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
+from specdeploy.validation.load import built_draft_tp, check_load_layout
 from specdeploy.validation.rules import DRAFT_TP_FIELD, check_layout, check_model_tp
 from specdeploy.vllm import VllmFacts
 from specdeploy.validation.speculative_tokens import draft_n_predict
-from specdeploy.vllm.drafts import DRAFT_KV_FREE_METHODS, NO_PIPELINE_PARALLEL
+from specdeploy.vllm.drafts import DRAFT_AT_TARGET_TP_METHODS, NO_PIPELINE_PARALLEL
 
 MAX_NODES_PER_REPLICA = 16
 MAX_PIPELINE_PARALLEL = 16
@@ -81,7 +86,7 @@ def _weights(spec: SpeculativeDeploymentSpec, target: Geometry, target_in: Model
     elif draft_in is not None and draft_in.weight_bytes:
         draft_bytes = draft_in.weight_bytes
     else:
-        draft_bytes = estimate_weight_bytes(draft)
+        draft_bytes = estimate_draft_weight_bytes(method, draft, target.vocab_size)
     return target_bytes, draft_bytes, source
 
 
@@ -95,28 +100,22 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
     )
 
 
-def _draft_kv_layers(method: str, draft: Geometry) -> int:
-    if method == "mtp":
-        return draft_n_predict(method, draft) or 1
-    return draft.num_kv_cache_layers
-
-
 def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
-            tp: int, draft_tp: int | None, pp: int, max_model_len: int) -> MemoryEstimate:
-    method, kv_dtype = spec.draft.method, spec.serving.kv_cache_dtype
-    per_token = kv_bytes_per_token(models.target, tp, pp, kv_dtype)
-    if models.draft is not None and method not in DRAFT_KV_FREE_METHODS:
-        per_token += kv_bytes_per_token(models.draft, draft_tp or tp, 1, kv_dtype, _draft_kv_layers(method, models.draft))
-    sequences = spec.serving.min_concurrent_sequences
-    kv_bytes = per_token * max_model_len * sequences + state_bytes_per_sequence(models.target, tp, pp) * sequences
+            tp: int, draft_tp: int | None, pp: int, max_model_len: int, k: int) -> MemoryEstimate:
+    method = spec.draft.method
+    caches = layer_caches(method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
+    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k)
     return MemoryEstimate(
         gpu_memory_gib=gpu_gib,
         budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
         target_weights_gib=models.target_weight_bytes / (tp * pp) / GIB,
-        draft_weights_gib=models.draft_weight_bytes / (draft_tp or 1) / GIB,
-        kv_cache_gib=kv_bytes / GIB,
+        draft_weights_gib=models.draft_weight_bytes / (built_draft_tp(method, tp, draft_tp) or 1) / GIB,
+        kv_cache_bytes=need.bytes,
         activation_reserve_gib=activation_reserve_gib(gpu_gib),
-        kv_bytes_per_token=per_token,
+        kv_bytes_per_token=attention_bytes_per_token(caches),
+        state_bytes_per_sequence=state_bytes_per_sequence(caches),
+        block_size=need.block_size,
+        layers=tuple(caches),
         weights_source=models.weights_source,
     )
 
@@ -165,8 +164,8 @@ def _draft_tp(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int) 
         return wanted, []
     if spec.draft.method == "mlp_speculator":
         return 1, []  # vLLM runs MLPSpeculator only at TP 1
-    if tp == 1 or not check_model_tp(draft, tp, "draft", DRAFT_TP_FIELD):
-        return tp, []
+    if tp == 1 or spec.draft.method in DRAFT_AT_TARGET_TP_METHODS or not check_model_tp(draft, tp, "draft", DRAFT_TP_FIELD):
+        return tp, []  # eagle/eagle3/mtp/dflash drafts run at the target's TP in any case (validation/load.py)
     return 1, [info("draft-tp-fallback", DRAFT_TP_FIELD,
                     f"draft has {draft.num_attention_heads} attention heads ({draft.num_kv_heads} KV), which tensor parallel size {tp} does not divide: the draft runs at TP 1")]
 
@@ -185,12 +184,12 @@ class _Layout:
 
 
 def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: int, gpu_gib: float | None,
-                max_model_len: int, facts: VllmFacts) -> tuple[Candidate, _Layout | None, list[Finding]]:
+                max_model_len: int, facts: VllmFacts, k: int = 0) -> tuple[Candidate, _Layout | None, list[Finding]]:
     """Judge one (tp, pp): the candidate record, the layout if it is usable, and the
     findings that rule it out (reported when no candidate is left)."""
     per_node = spec.resources.gpu.per_node
     draft_tp, draft_tp_findings = _draft_tp(spec, models.draft, tp)
-    findings = check_layout(spec, models.models, tp, draft_tp, pp, facts)
+    findings = check_layout(spec, models.models, tp, draft_tp, pp, facts) + check_load_layout(spec, models.draft, tp, draft_tp)
     split = _nodes(tp, pp, per_node)
     if split is None:
         findings.append(error("layout-node-split", "spec.resources.gpu.perNode",
@@ -198,7 +197,7 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: in
     if has_errors(findings):
         reason = "; ".join(f.message for f in findings if f.severity is Severity.ERROR)
         return Candidate(tp, pp, False, reason), None, findings
-    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len) if gpu_gib else None
+    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len, k) if gpu_gib else None
     if memory is not None and not memory.fits:
         blocking = error("memory-does-not-fit", "spec.resources.gpu",
                          f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences",
@@ -228,7 +227,7 @@ def layout_findings(spec: SpeculativeDeploymentSpec, models: Models, facts: Vllm
         _, layout, blocking = _try_layout(spec, sized, tp, pp, None, 0, facts)
         if layout is not None:
             return list(layout.findings)
-    return [f for f in blocking if f.stage is Stage.PAIR]
+    return [f for f in blocking if f.stage in (Stage.PAIR, Stage.LOAD)]
 
 
 def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_in: ModelInputs,
@@ -247,7 +246,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
     chosen: _Layout | None = None
     blocking: list[Finding] = []
     for tp, pp in _candidate_layouts(spec, target):
-        candidate, layout, blocking = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, facts)
+        candidate, layout, blocking = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, facts, k)
         candidates.append(candidate)
         if layout is not None:
             chosen = layout
@@ -269,10 +268,11 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
         gpu_resource_name=resource_name(spec.resources.gpu.resource_name, gpu_product(spec)[0]),
         max_model_len=max_model_len or None,
         target=_layout(target, chosen.tp),
-        draft=_layout(draft, chosen.draft_tp or chosen.tp) if draft is not None else None,
+        draft=_layout(draft, built_draft_tp(spec.draft.method, chosen.tp, chosen.draft_tp) or chosen.tp) if draft is not None else None,
         memory=chosen.memory,
         vllm_version=facts.version,
         candidates=tuple(candidates),
         decisions=_decisions(sized, chosen, spec.resources.gpu.per_node),
     )
-    return plan, findings + list(chosen.findings)
+    cache = check_model_cache(spec, target_bytes + draft_bytes, "estimated" in source)
+    return plan, findings + list(chosen.findings) + cache

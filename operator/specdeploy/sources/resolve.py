@@ -16,7 +16,8 @@ from specdeploy.sources.local import check_config_shape, parse_config_text, read
 ConfigMapReader = Callable[[str, str], str]
 
 
-def load_model_ref(ref: str, *, revision: str | None = None, token: str | None = None, field: str = "model") -> ModelInputs:
+def load_model_ref(ref: str, *, revision: str | None = None, token: str | None = None, field: str = "model",
+                   local_only: bool = False) -> ModelInputs:
     """A config.json file, a directory holding one, or a Hub repo id (the CLI's T and D)."""
     path = Path(ref)
     if path.exists():
@@ -24,15 +25,17 @@ def load_model_ref(ref: str, *, revision: str | None = None, token: str | None =
         return ModelInputs(config=config, weight_bytes=weights, origin=str(path))
     if ref.endswith(".json") or ref.startswith((".", "/")):
         raise SourceInvalid(field, f"{ref} does not exist")
-    config, weights = read_hub(ref, revision, token, field)
+    config, weights = read_hub(ref, revision, token, field, local_only=local_only)
     return ModelInputs(config=config, weight_bytes=weights, origin=f"hub:{ref}")
 
 
 def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str | None = None,
-                  configmap_reader: ConfigMapReader | None = None, local_files: bool = True) -> ModelInputs:
+                  configmap_reader: ConfigMapReader | None = None, local_only: bool = False,
+                  local_files: bool = True) -> ModelInputs:
     """Inline config first, then a ConfigMap, then the model reference itself.
-    `local_files=False` (the operator): a model that names a path is never read from this
-    process's filesystem; a path is for the CLI, or for the pod, which mounts it."""
+    `local_only`: the Hugging Face cache alone. `local_files=False` (the operator): a model
+    that names a path is never read from this process's filesystem; a path is for the CLI, or
+    for the pod, which mounts it."""
     if source.config is not None:
         config = check_config_shape(source.config, f"{field}.config", "the inline config")
         return ModelInputs(config=json.loads(json.dumps(config)), origin="inline")
@@ -53,7 +56,7 @@ def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str 
                                 "give the config inline (config) or in a ConfigMap (configMapRef)")
         config, weights = read_hub(source.model, source.revision, hf_token, f"{field}.model", direct=True)
         return ModelInputs(config=config, weight_bytes=weights, origin=f"hub:{source.model}")
-    return load_model_ref(source.model, revision=source.revision, token=hf_token, field=f"{field}.model")
+    return load_model_ref(source.model, revision=source.revision, token=hf_token, field=f"{field}.model", local_only=local_only)
 
 
 def looks_like_path(ref: str) -> bool:

@@ -26,6 +26,16 @@ TARGET_AS_DRAFT_METHODS = frozenset({"mtp", "dspark"})
 # Pipeline parallelism: vLLM forces the draft to PP=1; DSpark stops sharing the target embedding
 # under PP and MTP+PP is broken upstream (reference/vllm-facts.md §1.8).
 NO_PIPELINE_PARALLEL = frozenset({"dspark", "mtp"})
+# Drafts built with the target's VllmConfig and TP group, whatever draft_tensor_parallel_size
+# says: v1/worker/gpu/spec_decode/eagle/utils.py `load_eagle_model` (eagle, eagle3, mtp) and
+# dflash/utils.py `load_dflash_model`; dspark and draft_model build with the draft's.
+DRAFT_AT_TARGET_TP_METHODS = frozenset({"eagle", "eagle3", "mtp", "dflash"})
+# DSpark classes whose __init__ reads `config.markov_rank` with no default
+# (models/qwen3_dspark.py, models/gemma4_dspark.py).
+MARKOV_RANK_DSPARK_ARCHITECTURES = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel"})
+# Drafts that borrow the target's embedding and lm_head unless they ship different ones
+# (eagle/utils.py `maybe_share_target_embed` and the lm_head share, used by dflash and dspark).
+SHARES_TARGET_EMBEDDINGS = frozenset({"eagle", "eagle3", "dflash", "dspark"})
 # Drafts that keep no KV cache of their own (MLP heads, or no draft model at all).
 DRAFT_KV_FREE_METHODS = frozenset({"medusa", "mlp_speculator", "ngram", "suffix"})
 

@@ -1,0 +1,136 @@
+"""Read a YAML stream the way `kubectl apply -f` does, safe against hostile input.
+
+PyYAML's composer recurses once per nesting level (5,000 levels is a RecursionError) and
+shares aliased nodes, so a "billion laughs" document is small in memory but explodes in
+anything that walks it (pydantic, json.dumps). One pass over the parser's events (libyaml
+where present) bounds both before anything is built: the depth, and the node count with
+every alias expanded. The same pass refuses duplicate keys, as kubectl's default
+`--validate=strict` does. After loading, values JSON cannot hold (NaN, infinities, non-string
+keys, bytes) are refused: the API server only ever sees JSON.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from typing import Any
+
+import yaml
+
+# Deeper than any SpeculativeDeployment needs (inline config.json files nest < 10 levels).
+MAX_DEPTH = 64
+# Per document, aliases expanded; a large inline config is a few thousand nodes.
+MAX_NODES = 200_000
+MAX_BYTES = 8 * 1024 * 1024
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StringTimestamps(_Loader):  # type: ignore[misc, valid-type]
+    """Unquoted dates stay strings, as in Kubernetes' YAML->JSON conversion."""
+
+
+_StringTimestamps.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items()
+}
+
+
+class StreamError(ValueError):
+    """The stream is not something the API server would take; the message says where and why."""
+
+
+class _Frame:
+    __slots__ = ("anchor", "size", "is_mapping", "expect_key", "keys")
+
+    def __init__(self, anchor: str | None, is_mapping: bool) -> None:
+        self.anchor, self.is_mapping = anchor, is_mapping
+        self.size, self.expect_key, self.keys = 1, True, set()
+
+
+def _where(event: Any, source: str) -> str:
+    mark = event.start_mark
+    return f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark else source
+
+
+def _check_events(text: str, source: str) -> None:
+    """Bound depth and expanded size, refuse duplicate keys, before any object is built."""
+    stack: list[_Frame] = []
+    anchors: dict[str, int] = {}
+    document_nodes = 0
+
+    def add(size: int, key: str | None, event: Any) -> None:
+        nonlocal document_nodes
+        if not stack:
+            return
+        parent = stack[-1]
+        parent.size += size
+        if parent.is_mapping:
+            if parent.expect_key and key is not None:
+                if key in parent.keys:
+                    raise StreamError(f"{_where(event, source)}: duplicate key {key!r}")
+                parent.keys.add(key)
+            parent.expect_key = not parent.expect_key
+
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.DocumentStartEvent):
+            anchors.clear()
+            document_nodes = 0
+        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            if len(stack) >= MAX_DEPTH:
+                raise StreamError(f"{_where(event, source)}: nested deeper than {MAX_DEPTH} levels")
+            stack.append(_Frame(event.anchor, isinstance(event, yaml.MappingStartEvent)))
+            document_nodes += 1
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            frame = stack.pop()
+            if frame.anchor:
+                anchors[frame.anchor] = frame.size
+            add(frame.size, None, event)
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.anchor:
+                anchors[event.anchor] = 1
+            document_nodes += 1
+            add(1, event.value, event)
+        elif isinstance(event, yaml.AliasEvent):
+            size = anchors.get(event.anchor, 1)
+            document_nodes += size
+            add(size, None, event)
+        else:
+            continue
+        if document_nodes > MAX_NODES:
+            raise StreamError(f"{_where(event, source)}: more than {MAX_NODES} values once aliases are expanded (an alias bomb?)")
+
+
+def _json_safe(value: Any, path: str, source: str) -> None:
+    """What the API server's YAML->JSON step would refuse (or, for dates, what it keeps as text)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise StreamError(f"{source}: {path or 'document'} is {value!r}, which JSON (and so the API server) cannot hold")
+    if isinstance(value, (bytes, datetime.date, set)):
+        raise StreamError(f"{source}: {path or 'document'} is a YAML {type(value).__name__}, which JSON cannot hold: quote it")
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            if not isinstance(key, str):
+                raise StreamError(f"{source}: {path or 'document'} has a non-string key {key!r}: quote it")
+            _json_safe(sub, f"{path}.{key}" if path else key, source)
+    elif isinstance(value, list):
+        for index, sub in enumerate(value):
+            _json_safe(sub, f"{path}[{index}]", source)
+
+
+def load_documents(text: str, source: str = "<stream>") -> list[Any]:
+    """Every non-empty document of a YAML (or JSON) stream; StreamError says what is wrong."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise StreamError(f"{source}: larger than {MAX_BYTES // (1024 * 1024)} MiB")
+    try:
+        _check_events(text, source)
+        documents = [d for d in yaml.load_all(text, Loader=_StringTimestamps) if d is not None]
+    except StreamError:
+        raise
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(exc).replace('in "<unicode string>", ', "").split())
+        raise StreamError(f"{source}: not valid YAML: {detail}") from None
+    except RecursionError:  # defence in depth: _check_events bounds depth first
+        raise StreamError(f"{source}: nested too deeply") from None
+    for index, document in enumerate(documents):
+        _json_safe(document, "", f"{source} document {index + 1}")
+    return documents

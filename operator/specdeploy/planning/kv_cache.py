@@ -1,0 +1,274 @@
+"""KV cache and state per layer, and the memory vLLM's start-up check demands for them.
+
+Restates vLLM (the releases in specdeploy.vllm; these files are unchanged between them), file by file:
+- per-layer specs: `model_executor/layers/attention/attention.py` (full attention:
+  num_kv_heads_per_rank x (head_size + head_size_v) x dtype), `.../mla_attention.py`
+  (MLA: one latent head of kv_lora_rank + qk_rope_head_dim on every rank; `fp8_ds_mla`
+  656 B), `models/deepseek_v2.py` `DeepseekV32IndexerCache` (sparse-MLA indexer: uint8
+  index_head_dim + 4 B per 128 for the scale, on every layer that builds an indexer),
+  `.../chunked_local_attention.py` (Llama-4's RoPE layers), gpt-oss `layer_types`
+  (`SlidingWindowSpec`), `layers/mamba/mamba_utils.py` (`kda_state_shape`,
+  `gated_delta_net_state_shape`: conv state of kernel-1+k columns, recurrent state in fp32
+  for KDA, in the conv dtype for GatedDeltaNet unless the config says `mamba_ssm_dtype`);
+- what one request needs: `v1/kv_cache_interface.py` `max_memory_usage_bytes` of each spec
+  (full: every block of max_model_len; sliding window: window - 1 + in-flight tokens, + 1
+  block; chunked: chunk + in-flight tokens; Mamba: (1 + k) state pages, 2 + k in `align`
+  cache mode);
+- how layers share blocks: `platforms/interface.py` `_align_hybrid_block_size` (hybrid
+  Mamba models raise the attention block size until an attention page holds the state,
+  and pad the state page to it), `v1/core/kv_cache_utils.py` `get_kv_cache_groups`
+  (uniform models: one group; hybrid: pages unified, layers split into groups of equal
+  size) and `_max_memory_usage_bytes_from_groups` (bytes per block x blocks of all groups);
+- the check: `get_kv_cache_configs` -> `_check_enough_kv_cache_memory`, after holding back
+  the null block (`_pool_bytes_per_block`).
+
+Block sizes are the backend's (GPU: 16 by default, 64 for the MLA backends); the CPU build
+uses 128, which the parity suite passes in explicitly."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+FULL, MLA, INDEXER, SLIDING, CHUNKED, STATE = "full", "mla", "indexer", "sliding_window", "chunked_local", "state"
+FULL_KINDS = frozenset({FULL, MLA, INDEXER})  # every block of max_model_len, one group if alone
+FP8_DS_MLA_BYTES = 656  # MLAAttentionSpec page per token with cache_dtype_str fp8_ds_mla
+INDEXER_QUANT_BLOCK = 128  # DeepseekV32IndexerCache: one fp32 scale per 128 uint8 values
+GPU_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
+GPU_MLA_BLOCK_SIZE = 64  # FlashMLA / FlashInfer-MLA kernel block size
+GPU_MAX_IN_FLIGHT_TOKENS = 8192  # max_num_batched_tokens of `vllm serve` on a large GPU
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+_KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    """`layers` layers of one model with the same cache, on one GPU.
+
+    Attention kinds cost `bytes_per_token`; `window` is the sliding window or attention
+    chunk. The state kind (Mamba/KDA/GatedDeltaNet) holds `state_bytes` per sequence and
+    state page, whatever the length."""
+
+    kind: str
+    layers: int
+    bytes_per_token: int = 0
+    window: int = 0
+    state_bytes: int = 0
+    model: str = "target"
+    checkpoint_blocks: int = 0  # extra state pages in align mode (KDA prefill checkpoints)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"model": self.model, "kind": self.kind, "layers": self.layers}
+        if self.kind == STATE:
+            data["stateBytesPerSequence"] = self.state_bytes
+        else:
+            data["bytesPerToken"] = self.bytes_per_token
+        if self.window:
+            data["window"] = self.window
+        return data
+
+
+@dataclass(frozen=True)
+class CacheNeed:
+    """What vLLM's start-up check needs for `sequences` requests of max_model_len."""
+
+    bytes: int  # includes the null block
+    block_size: int  # attention block size after hybrid alignment
+    bytes_per_block: int  # one block across every layer group
+    blocks_per_sequence: int
+    groups: int
+
+
+def dtype_bytes(dtype: str) -> int:
+    """vLLM serves float32 checkpoints in 16 bits under dtype=auto."""
+    return min(_DTYPE_BYTES.get(dtype, 2), 2)
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
+    return _KV_DTYPE_BYTES.get(kv_cache_dtype, dtype_bytes(model_dtype))
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    value = obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
+    return default if value is None else value
+
+
+def _per_stage(count: int, pp: int) -> int:
+    return math.ceil(count / pp) if count else 0
+
+
+def _indexer_layers(text: Any, layers: int) -> int:
+    """Layers that build a DeepseekV32 indexer (models/deepseek_v2.py, IndexCache)."""
+    if _get(text, "index_topk") is None:
+        return 0
+    pattern = _get(text, "index_topk_pattern")
+    if pattern:
+        return sum(1 for i in range(layers) if i >= len(pattern) or pattern[i] != "S")
+    freq, offset = int(_get(text, "index_topk_freq", 1)), int(_get(text, "index_skip_topk_offset", 2))
+    return sum(1 for i in range(layers) if max(i - offset + 1, 0) % freq == 0)
+
+
+def _state_bytes(text: Any, tp: int, k: int, model_dtype: str, ssm_dtype: str = "auto") -> int:
+    """One layer's conv + recurrent state on one rank (mamba_utils.py MambaStateShapeCalculator)."""
+    conv_bytes = dtype_bytes(model_dtype)
+    linear = _get(text, "linear_attn_config")
+    if isinstance(linear, dict) and linear.get("full_attn_layers"):  # Kimi Linear / K3 KDA
+        heads, d = int(linear.get("num_heads", 0)), int(linear.get("head_dim", 0))
+        kernel = int(linear.get("short_conv_kernel_size", 4))
+        conv = (heads * d * 3) // tp * (kernel - 1 + k)  # q, k and v share one conv state
+        recurrent = heads // tp * d * d
+        return conv * conv_bytes + recurrent * (4 if ssm_dtype == "auto" else _DTYPE_BYTES[ssm_dtype])  # kda_state_dtype
+    k_heads, v_heads = int(_get(text, "linear_num_key_heads", 0)), int(_get(text, "linear_num_value_heads", 0))
+    k_dim, v_dim = int(_get(text, "linear_key_head_dim", 0)), int(_get(text, "linear_value_head_dim", 0))
+    kernel = int(_get(text, "linear_conv_kernel_dim", 4))
+    conv = (k_dim * k_heads * 2 + v_dim * v_heads) // tp * (kernel - 1 + k)
+    recurrent = v_heads // tp * v_dim * k_dim
+    # _mamba_state_dtype: the conv dtype under auto; Qwen3.5 configs name `mamba_ssm_dtype`
+    # (models/config.py Qwen3_5ForConditionalGenerationConfig).
+    ssm = ssm_dtype if ssm_dtype != "auto" else str(_get(text, "mamba_ssm_dtype", "")).replace("torch.", "")
+    return conv * conv_bytes + recurrent * (_DTYPE_BYTES.get(ssm, conv_bytes) if ssm else conv_bytes)
+
+
+def _layer_kinds(text: Any, layers: int) -> list[str]:
+    """Attention kind of every decoder layer, as the model files build them."""
+    linear = _get(text, "linear_attn_config")
+    if isinstance(linear, dict) and linear.get("full_attn_layers"):  # Kimi Linear / K3 (1-based)
+        full = {int(i) - 1 for i in linear["full_attn_layers"]}
+        return [FULL if i in full else STATE for i in range(layers)]
+    layer_types = _get(text, "layer_types")
+    if isinstance(layer_types, list) and len(layer_types) >= layers:
+        names = {"full_attention": FULL, "sliding_attention": SLIDING, "linear_attention": STATE,
+                 "chunked_attention": CHUNKED}
+        return [names.get(str(t), FULL) for t in layer_types[:layers]]
+    interval = _get(text, "full_attention_interval")
+    if interval and _get(text, "linear_num_value_heads"):  # Qwen3-Next without layer_types
+        return [FULL if (i + 1) % int(interval) == 0 else STATE for i in range(layers)]
+    chunk, no_rope = _get(text, "attention_chunk_size"), _get(text, "no_rope_layers")
+    if chunk and isinstance(no_rope, list):  # llama4.py: NoPE layers are global, RoPE layers chunked
+        return [FULL if i < len(no_rope) and no_rope[i] == 0 else CHUNKED for i in range(layers)]
+    return [FULL] * layers
+
+
+def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int = 0,
+                       layers: int | None = None, role: str = "target",
+                       mamba_ssm_cache_dtype: str = "auto") -> list[LayerCache]:
+    """The caches of one model's layers on one GPU of the busiest pipeline stage.
+
+    `model` is a Geometry; `layers` overrides the layer count (MTP drafts build n_predict
+    layers of the target's kind)."""
+    text = model.text_config
+    count = model.num_layers if layers is None else layers
+    kinds = _layer_kinds(text, model.num_layers)[:count] if layers is None else [FULL] * count
+    per_kind: dict[str, int] = {}
+    for kind in kinds:
+        per_kind[kind] = per_kind.get(kind, 0) + 1
+    kv_bytes = kv_dtype_bytes(kv_cache_dtype, model.dtype)
+    sparse = _get(text, "index_topk") is not None
+    out: list[LayerCache] = []
+    for kind, n in per_kind.items():
+        n = _per_stage(n, pp)
+        if kind == STATE:
+            # models/kimi_k3/nvidia/kda.py: one prefill checkpoint page where the KDA backend aligns.
+            kda = isinstance(_get(text, "linear_attn_config"), dict)
+            out.append(LayerCache(STATE, n, state_bytes=_state_bytes(text, tp, k, model.dtype, mamba_ssm_cache_dtype), model=role,
+                                  checkpoint_blocks=1 if kda else 0))
+            continue
+        if model.uses_mla:
+            # Sparse MLA backends (FLASHMLA_SPARSE) canonicalize a quantized KV dtype to fp8_ds_mla.
+            fp8_ds = kv_cache_dtype == "fp8_ds_mla" or (sparse and kv_bytes == 1)
+            per_token = FP8_DS_MLA_BYTES if fp8_ds else model.head_size * kv_bytes
+            out.append(LayerCache(MLA, n, per_token, model=role))
+            continue
+        heads = max(1, model.num_kv_heads // tp)
+        per_token = heads * 2 * model.head_size * kv_bytes
+        window = int(_get(text, "sliding_window", 0)) if kind == SLIDING else int(_get(text, "attention_chunk_size", 0)) if kind == CHUNKED else 0
+        out.append(LayerCache(kind if window else FULL, n, per_token, window, model=role))
+    indexers = _indexer_layers(text, model.num_layers) if layers is None else (count if sparse else 0)
+    if indexers and model.uses_mla:
+        dim = int(_get(text, "index_head_dim", 128))
+        out.append(LayerCache(INDEXER, _per_stage(indexers, pp), dim + dim // INDEXER_QUANT_BLOCK * 4, model=role))
+    return out
+
+
+def default_block_size(caches: Iterable[LayerCache]) -> int:
+    """The GPU backend's block size: 64 for the MLA kernels, 16 otherwise."""
+    return GPU_MLA_BLOCK_SIZE if any(c.kind == MLA for c in caches) else GPU_BLOCK_SIZE
+
+
+def _attention_blocks(cache: LayerCache, block_size: int, max_model_len: int, in_flight: int,
+                      extra_retained: int) -> int:
+    """Blocks one request holds (kv_cache_interface.py max_admission_blocks_per_request)."""
+    if cache.kind == SLIDING:
+        return math.ceil(min(cache.window - 1 + extra_retained + in_flight, max_model_len) / block_size) + 1
+    if cache.kind == CHUNKED:
+        return math.ceil(min(cache.window + in_flight, max_model_len) / block_size)
+    return math.ceil(max_model_len / block_size)
+
+
+def _hybrid_block_size(caches: list[LayerCache], block_size: int) -> tuple[int, int]:
+    """(attention block size, state page bytes) after `_align_hybrid_block_size`: the
+    smallest multiple of the kernel alignment whose attention page holds one state page
+    (MLA: a multiple of 128 tokens); the state page is padded to that attention page."""
+    states = [c for c in caches if c.kind == STATE]
+    attention = [c for c in caches if c.kind != STATE and c.model == "target" and c.kind != INDEXER]
+    if not states or not attention:
+        return block_size, max((c.state_bytes for c in states), default=0)
+    page_1 = attention[0].bytes_per_token
+    state_page = max(c.state_bytes for c in states)
+    align = max(block_size, 128) if attention[0].kind == MLA else block_size
+    aligned = align * math.ceil(state_page / (align * page_1))
+    block = max(block_size, aligned)
+    return block, block * page_1
+
+
+def cache_need(caches: list[LayerCache], *, max_model_len: int, sequences: int = 1,
+               block_size: int | None = None, in_flight_tokens: int = GPU_MAX_IN_FLIGHT_TOKENS,
+               num_speculative_tokens: int = 0, mamba_align_mode: bool = False,
+               extra_retained_tokens: int = 0) -> CacheNeed:
+    """Bytes vLLM's start-up check needs on this GPU for `sequences` requests of
+    max_model_len, counted through its block groups, plus the null block."""
+    caches = [c for c in caches if c.layers]
+    if not caches:
+        return CacheNeed(0, block_size or GPU_BLOCK_SIZE, 0, 0, 0)
+    base = block_size or default_block_size(caches)
+    block, state_page = _hybrid_block_size(caches, base)
+
+    specs: list[tuple[LayerCache, int, int]] = []  # (cache, page bytes, blocks per request)
+    for c in caches:
+        if c.kind == STATE:  # MambaSpec.max_memory_usage_bytes
+            pages = (2 + c.checkpoint_blocks if mamba_align_mode else 1) + num_speculative_tokens
+            specs.append((c, state_page or c.state_bytes, pages))
+        else:
+            specs.append((c, block * c.bytes_per_token, _attention_blocks(c, block, max_model_len, in_flight_tokens, extra_retained_tokens)))
+
+    if all(c.kind in FULL_KINDS for c in caches):
+        # One group (is_kv_cache_spec_uniform / UniformTypeKVCacheSpecs): every layer's
+        # page in one block, cdiv(max_model_len, block) blocks.
+        per_block = sum(page * c.layers for c, page, _ in specs)
+        blocks = max(b for _, _, b in specs)
+        return CacheNeed(per_block * (sequences * blocks + 1), block, per_block, blocks, 1)
+
+    # Hybrid: unify page sizes (a smaller attention page takes proportionally more
+    # tokens per block when it divides the largest page, else it is padded; state pages
+    # are padded), then split each bucket into groups of `group_size` layers.
+    max_page = max(page for _, page, _ in specs)
+    buckets: dict[tuple[str, int, int, int], int] = {}
+    for c, page, blocks in specs:
+        if page != max_page and c.kind != STATE and max_page % page == 0:
+            ratio = max_page // page
+            blocks = _attention_blocks(c, block * ratio, max_model_len, in_flight_tokens, extra_retained_tokens)
+        key = (c.kind, c.bytes_per_token or c.state_bytes, c.window, blocks)
+        buckets[key] = buckets.get(key, 0) + c.layers
+    sizes = list(buckets.values())
+    group_size = min(sizes)
+    if max(sizes) < group_size * 1.5:
+        group_size = max(sizes)
+    widest, total_blocks, groups = 0, 0, 0
+    for (_, _, _, blocks), layers in buckets.items():
+        n_groups = math.ceil(layers / group_size)
+        widest = max(widest, math.ceil(layers / n_groups))
+        total_blocks += n_groups * blocks
+        groups += n_groups
+    per_block = widest * max_page
+    return CacheNeed(per_block * (sequences * total_blocks + 1), block, per_block, total_blocks, groups)

@@ -1,0 +1,148 @@
+"""A YAML stream of objects (what `kustomize build` prints) -> one report on every
+SpeculativeDeployment in it: judged as the API server would (api.parse), then as the operator
+would (pipeline.evaluate), with configMapRef configs read from the ConfigMaps beside them.
+
+The only I/O is reading Hub configs (sources/); everything else is the same pure code the
+operator runs. `specdeploy plan -f` prints what this returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from specdeploy.api.parse import ParsedObject, parse_object
+from specdeploy.api.spec import API_GROUP, KIND
+from specdeploy.api.yaml_stream import StreamError, load_documents
+from specdeploy.findings import Finding, Stage, error, has_errors
+
+EXIT_VALID, EXIT_INVALID, EXIT_UNJUDGED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class ObjectResult:
+    name: str
+    namespace: str
+    findings: tuple[Finding, ...]
+    plan: dict[str, Any] | None
+    manifests: list[dict[str, Any]]
+    # Findings that mean "could not be judged" (a config that could not be read), not "invalid".
+    unjudged: tuple[Finding, ...] = ()
+    vllm_version: str | None = None  # the vLLM release whose rules judged it
+
+    @property
+    def verdict(self) -> str:
+        if has_errors(list(self.findings)):
+            return "invalid"
+        return "unjudged" if self.unjudged else "valid"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "namespace": self.namespace, "verdict": self.verdict, "ok": self.verdict == "valid", "vllmVersion": self.vllm_version,
+                "findings": [f.to_dict() for f in self.findings + self.unjudged], "plan": self.plan, "manifests": self.manifests}
+
+
+@dataclass
+class StreamReport:
+    results: list[ObjectResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        verdicts = {r.verdict for r in self.results}
+        if "invalid" in verdicts:
+            return EXIT_INVALID
+        return EXIT_UNJUDGED if "unjudged" in verdicts else EXIT_VALID
+
+    def to_dict(self) -> dict[str, Any]:
+        counts = {v: sum(r.verdict == v for r in self.results) for v in ("valid", "invalid", "unjudged")}
+        summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "nothing judged"
+        return {"ok": self.exit_code == EXIT_VALID, "summary": f"{len(self.results)} {KIND}(s), {summary}",
+                "results": [r.to_dict() for r in self.results], "skipped": self.skipped}
+
+
+def _is_ours(document: Any) -> bool:
+    """Judged here: our kind, anything in our API group (a wrong version is a finding), a bare spec."""
+    if not isinstance(document, dict):
+        return True
+    api_version = document.get("apiVersion")
+    return (document.get("kind") == KIND or (isinstance(api_version, str) and api_version.split("/")[0] == API_GROUP)
+            or not ({"apiVersion", "kind"} & set(document)))
+
+
+def _label(document: dict[str, Any]) -> str:
+    metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+    return f"{document.get('kind')}/{metadata.get('name')}"
+
+
+def _configmaps(documents: list[Any], default_namespace: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """(namespace, name) -> data, for the ConfigMaps of the stream."""
+    maps: dict[tuple[str, str], dict[str, Any]] = {}
+    for document in documents:
+        if isinstance(document, dict) and document.get("kind") == "ConfigMap" and isinstance(document.get("metadata"), dict):
+            metadata = document["metadata"]
+            data = document.get("data") if isinstance(document.get("data"), dict) else {}
+            maps[(str(metadata.get("namespace") or default_namespace), str(metadata.get("name", "")))] = data
+    return maps
+
+
+def plan_stream(text: str, source: str, *, namespace: str | None = None, hf_token: str | None = None,
+                hub_local_only: Callable[[], bool] = lambda: False) -> StreamReport:
+    """Judge and plan every SpeculativeDeployment of `text`. Raises StreamError for a stream
+    that is not YAML the API server would take, or holds no SpeculativeDeployment."""
+    documents = load_documents(text, source)
+    default_namespace = namespace or "default"
+    configmaps = _configmaps(documents, default_namespace)
+    ours = [d for d in documents if _is_ours(d)]
+    report = StreamReport(skipped=[_label(d) for d in documents if not _is_ours(d) and d.get("kind") != "ConfigMap"])
+    if not ours:
+        raise StreamError(f"{source} holds no {KIND} ({len(documents)} other document(s))")
+    seen: set[tuple[str, str]] = set()
+    for document in ours:
+        parsed = parse_object(document, default_namespace=default_namespace, namespace_override=namespace)
+        key = (parsed.namespace, parsed.name)
+        duplicate = (error("object-invalid", "metadata.name", f"{parsed.namespace}/{parsed.name} appears twice in {source}: the second replaces the first", Stage.SPEC),) if key in seen and parsed.name else ()
+        seen.add(key)
+        result = _judge(parsed, configmaps, source, hf_token, hub_local_only)
+        if duplicate:
+            result = ObjectResult(result.name, result.namespace, duplicate + result.findings, None, [], result.unjudged)
+        report.results.append(result)
+    return report
+
+
+def _judge(parsed: ParsedObject, configmaps: dict[tuple[str, str], dict[str, Any]], source: str,
+           hf_token: str | None, hub_local_only: Callable[[], bool]) -> ObjectResult:
+    from specdeploy.pipeline import evaluate
+    from specdeploy.render import render_manifests
+    from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
+
+    spec = parsed.spec
+    if spec is None:
+        return ObjectResult(parsed.name, parsed.namespace, parsed.findings, None, [])
+
+    def configmap_reader(name: str, key: str) -> str:
+        data = configmaps.get((parsed.namespace, name), {})
+        if key not in data or not isinstance(data[key], str):
+            raise SourceUnavailable("configMapRef", f"ConfigMap {parsed.namespace}/{name} with key {key} is not in {source}: "
+                                                    "add it to the stream (kubectl create configmap --dry-run=client -o yaml) or inline the config")
+        return data[key]
+
+    def read(model: Any, where: str) -> Any:
+        local_only = model.config is None and model.config_map_ref is None and hub_local_only()
+        return resolve_model(model, where, hf_token=hf_token, configmap_reader=configmap_reader, local_only=local_only)
+
+    try:
+        target = read(spec.target, "spec.target")
+        draft = read(spec.draft, "spec.draft") if spec.draft.has_own_checkpoint else None
+    except SourceInvalid as exc:
+        return ObjectResult(parsed.name, parsed.namespace, parsed.findings + (error("config-invalid", exc.field, exc.message, Stage.CONFIG),), None, [])
+    except SourceUnavailable as exc:
+        message = exc.message
+        if exc.field.endswith(".model"):
+            message += ": set HF_HUB_OFFLINE=1 with a filled cache, use a configMapRef in the stream, or inline the config"
+        return ObjectResult(parsed.name, parsed.namespace, parsed.findings, None, [],
+                            unjudged=(error("config-unavailable", exc.field, message, Stage.CONFIG),))
+    evaluation = evaluate(spec, target, draft)
+    manifests: list[dict[str, Any]] = []
+    if evaluation.ok and evaluation.plan is not None:
+        manifests = render_manifests(spec, evaluation.plan, name=parsed.name, namespace=parsed.namespace)
+    return ObjectResult(parsed.name, parsed.namespace, parsed.findings + evaluation.findings, evaluation.plan_dict(), manifests,
+                        vllm_version=evaluation.vllm_version)

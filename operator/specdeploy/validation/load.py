@@ -1,0 +1,66 @@
+"""The load stage: what vLLM fails on while it builds the models, after its config
+check has accepted them. Each rule was found by building the model on the meta device
+(tests/parity/memory_judge.py) and is cited to the vLLM file that fails."""
+
+from __future__ import annotations
+
+from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.geometry import Geometry, Models
+from specdeploy.findings import Finding, Stage, error, warning
+from specdeploy.vllm.drafts import DRAFT_AT_TARGET_TP_METHODS, MARKOV_RANK_DSPARK_ARCHITECTURES
+
+LOAD = Stage.LOAD
+DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
+
+
+def built_draft_tp(method: str, tp: int, draft_tp: int | None) -> int | None:
+    """The TP vLLM builds the draft at."""
+    if draft_tp is None:
+        return None
+    return tp if method in DRAFT_AT_TARGET_TP_METHODS else draft_tp
+
+
+def _dspark_class(draft: Geometry) -> str | None:
+    """The DSpark class vLLM builds: config/speculative.py rewrites a `DSparkDraftModel`
+    with model_type qwen3 to Qwen3DSparkModel."""
+    archs = set(draft.architectures)
+    if "DSparkDraftModel" in archs and draft.text_model_type == "qwen3":
+        return "Qwen3DSparkModel"
+    return next((a for a in draft.architectures if a in MARKOV_RANK_DSPARK_ARCHITECTURES), None)
+
+
+def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
+    """Load failures independent of the layout."""
+    target, draft = models.target, models.draft
+    if spec.draft.method != "dspark" or draft is None or draft is target:
+        return []
+    cls = _dspark_class(draft)
+    if cls is None or "markov_rank" in (draft_config or {}):
+        return []
+    nested = (draft_config or {}).get("dflash_config") or {}
+    where = f"; this config keeps it only inside dflash_config ({nested['markov_rank']})" if "markov_rank" in nested else ""
+    return [error("draft-load-fails", "spec.draft.config.markov_rank",
+                  f"vLLM builds this draft as {cls} (vllm/model_executor/models/qwen3_dspark.py), whose __init__ reads "
+                  f"config.markov_rank{where}: the pod would fail at model load with AttributeError: "
+                  f"'Qwen3Config' object has no attribute 'markov_rank'. Put markov_rank (and the other DSpark head "
+                  f"fields) at the top level of the draft's config.json", LOAD)]
+
+
+def check_load_layout(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int,
+                      draft_tp: int | None) -> list[Finding]:
+    """A draft built at the target's TP must split at that TP (QKVParallelLinear)."""
+    method = spec.draft.method
+    if draft is None or method not in DRAFT_AT_TARGET_TP_METHODS or draft_tp is None or draft_tp == tp or draft.uses_mla:
+        return []
+    heads, kv = draft.num_attention_heads, draft.num_kv_heads
+    splits = heads and heads % tp == 0 and (kv % tp == 0 if kv >= tp else tp % kv == 0)
+    if not heads or splits:
+        return [warning("draft-tp-not-honoured", DRAFT_TP_FIELD,
+                        f"vLLM builds {method} drafts with the target's tensor-parallel group "
+                        f"(v1/worker/gpu/spec_decode/eagle/utils.py load_eagle_model): draft tensor parallel size "
+                        f"{draft_tp} is accepted but the draft runs at TP {tp}", LOAD)]
+    return [error("draft-load-fails", DRAFT_TP_FIELD,
+                  f"vLLM builds {method} drafts with the target's tensor-parallel group (v1/worker/gpu/spec_decode/"
+                  f"eagle/utils.py load_eagle_model), not at draft tensor parallel size {draft_tp}: the draft's "
+                  f"{heads} attention heads ({kv} KV) do not split over TP {tp}, so the pod would fail at model load "
+                  f"in QKVParallelLinear; choose a tensor parallel size that divides the draft's heads", LOAD)]

@@ -1,0 +1,115 @@
+"""The validating webhook as the API server calls it: real AdmissionReview requests over HTTPS
+to kopf's webhook server in the running operator (kmock's emulator does not call webhooks, so
+the test plays the API server's part). Certificates come from openssl, as cert-manager's would."""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import ssl
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from specdeploy.controller import webhook
+from tests.integration.conftest import NS, Operator, example, with_identity
+
+pytestmark = pytest.mark.skipif(subprocess.run(["which", "openssl"], capture_output=True).returncode != 0, reason="needs openssl")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def tls_dir(tmp_path: Path) -> Path:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(tmp_path / "tls.key"), "-out", str(tmp_path / "tls.crt")], check=True, capture_output=True)
+    return tmp_path
+
+
+@pytest.fixture
+async def webhook_url(emulator: Any, tls_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    port = _free_port()
+    monkeypatch.setenv(webhook.PORT_ENV, str(port))
+    monkeypatch.setenv(webhook.CERT_DIR_ENV, str(tls_dir))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tls_dir / "hf"))  # an empty cache: no Hub config is at hand
+    op = Operator(emulator)
+    await op.start()
+    yield f"https://localhost:{port}/{webhook.HANDLER_ID}"
+    await op.stop()
+
+
+async def review(url: str, tls_dir: Path, obj: dict[str, Any], operation: str = "CREATE") -> tuple[dict[str, Any], float]:
+    """POST an AdmissionReview as kube-apiserver does, verifying the server's certificate."""
+    context = ssl.create_default_context(cafile=str(tls_dir / "tls.crt"))
+    request = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "kind": {"group": "specdeploy.io", "version": "v1alpha1", "kind": "SpeculativeDeployment"},
+        "resource": {"group": "specdeploy.io", "version": "v1alpha1", "resource": "speculativedeployments"},
+        "requestKind": {"group": "specdeploy.io", "version": "v1alpha1", "kind": "SpeculativeDeployment"},
+        "name": obj["metadata"]["name"], "namespace": NS, "operation": operation,
+        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
+        "object": obj, "oldObject": obj if operation == "UPDATE" else None, "dryRun": False, "options": None}}
+    async with aiohttp.ClientSession() as session:
+        for _ in range(100):  # the server starts once kopf has scanned the resources
+            try:
+                start = time.perf_counter()
+                async with session.post(url, json=request, ssl=context) as response:
+                    body = await response.json()
+                    elapsed = time.perf_counter() - start
+                    assert response.status == 200, body
+                    assert body["response"]["uid"] == request["request"]["uid"]
+                    return body["response"], elapsed
+            except aiohttp.ClientConnectorError:
+                await __import__("asyncio").sleep(0.1)
+    raise AssertionError("the webhook server never listened")
+
+
+async def test_admission_over_https(webhook_url: str, tls_dir: Path) -> None:
+    valid = with_identity(example("qwen3-8b-ngram.yaml"), "uid-1")
+    response, _ = await review(webhook_url, tls_dir, valid)  # the first also waits for start-up
+    assert response["allowed"] is True
+
+    response, elapsed = await review(webhook_url, tls_dir, valid, operation="UPDATE")
+    assert response["allowed"] is True and elapsed < 1.0
+
+    invalid = copy.deepcopy(valid)
+    invalid["spec"]["parallelism"] = {"tensorParallelSize": 5}
+    response, elapsed = await review(webhook_url, tls_dir, invalid)
+    assert response["allowed"] is False and elapsed < 1.0
+    message = response["status"]["message"]
+    assert "spec.parallelism.tensorParallelSize" in message and "allowed: 1, 2, 4, 8" in message, message
+    assert response["status"]["code"] == 422
+
+    unparsable = copy.deepcopy(valid)
+    unparsable["spec"]["replicas"] = "2"
+    response, _ = await review(webhook_url, tls_dir, unparsable)
+    assert response["allowed"] is False and "spec.replicas" in response["status"]["message"]
+
+    hub_only = copy.deepcopy(valid)
+    del hub_only["spec"]["target"]["config"]  # Qwen/Qwen3-8B from the Hub: not in the (empty) cache
+    response, elapsed = await review(webhook_url, tls_dir, hub_only)
+    assert response["allowed"] is True and elapsed < 1.0
+    assert any("not judged at admission" in w and "spec.target.model" in w for w in response.get("warnings", [])), response
+
+    missing_configmap = with_identity(example("llama-3.1-70b-eagle3.yaml"), "uid-2")
+    response, _ = await review(webhook_url, tls_dir, missing_configmap)
+    assert response["allowed"] is True and any("configMapRef" in w for w in response["warnings"])
+
+
+def test_verdict_refuses_a_bad_name_on_create_only() -> None:
+    obj = example("qwen3-8b-ngram.yaml")
+    obj["metadata"]["name"] = "a" * 70
+    assert not webhook.admission_verdict(obj).allowed
+    assert webhook.admission_verdict(obj, check_name=False).allowed
+    assert json.dumps(obj)  # the example stays JSON

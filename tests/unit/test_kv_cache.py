@@ -1,0 +1,105 @@
+"""KV cache and state per layer type on real configs, against figures computed by hand from
+vLLM 0.32.0's rules (the same figures vLLM's own get_kv_cache_configs gives: tests/parity)."""
+
+from __future__ import annotations
+
+from specdeploy.geometry import read_geometry
+from specdeploy.planning.kv_cache import cache_need, model_layer_caches
+from specdeploy.planning.memory import layer_caches
+from specdeploy.vllm import DEFAULT_VERSION, rule_set
+from tests.conftest import load_config
+
+DEFAULT_FACTS = rule_set(DEFAULT_VERSION)
+L = 32768
+
+
+def geometry(name: str):
+    return read_geometry(load_config(name), "t", DEFAULT_FACTS)[0]
+
+
+def kinds(caches) -> dict[str, tuple[int, int]]:
+    return {c.kind: (c.layers, c.bytes_per_token or c.state_bytes) for c in caches}
+
+
+def test_full_attention_is_every_block_of_max_model_len_plus_the_null_block() -> None:
+    caches = model_layer_caches(geometry("meta-llama__Llama-3.1-8B-Instruct"), 2, 1, "auto")
+    assert kinds(caches) == {"full": (32, 4 * 256 * 2)}  # 4 KV heads per rank x (K + V of 128) x bf16
+    need = cache_need(caches, max_model_len=L, block_size=128)
+    assert need.bytes == (L // 128 + 1) * 32 * 128 * 2048 == 2_155_872_256
+
+
+def test_gpt_oss_sliding_layers_hold_the_window_plus_the_tokens_in_flight() -> None:
+    caches = model_layer_caches(geometry("openai__gpt-oss-120b"), 2, 1, "auto")
+    assert kinds(caches) == {"sliding_window": (18, 1024), "full": (18, 1024)}
+    need = cache_need(caches, max_model_len=L, block_size=128, in_flight_tokens=2048)
+    sliding_blocks = -(-(128 - 1 + 2048) // 128) + 1  # 18
+    assert need.blocks_per_sequence == sliding_blocks + L // 128 == 274
+    assert need.bytes == (274 + 1) * 18 * 128 * 1024 == 648_806_400  # the plan used to say 1.13 GiB, +86 %
+
+
+def test_sparse_mla_adds_the_indexer_cache_on_every_layer() -> None:
+    caches = model_layer_caches(geometry("zai-org__GLM-5"), 2, 1, "auto")
+    assert kinds(caches) == {"mla": (78, 576 * 2), "indexer": (78, 128 + 4)}
+    need = cache_need(caches, max_model_len=L, block_size=16)
+    assert need.bytes == (L // 16 + 1) * 78 * 16 * (1152 + 132) == 3_283_383_168
+    fp8 = model_layer_caches(geometry("zai-org__GLM-5"), 2, 1, "fp8")
+    assert kinds(fp8)["mla"] == (78, 656)  # the sparse backend canonicalizes fp8 to fp8_ds_mla
+
+
+def test_kimi_k3_kda_state_pads_to_an_mla_page_of_768_tokens_at_tp8() -> None:
+    caches = model_layer_caches(geometry("moonshotai__Kimi-K3"), 8, 1, "auto")
+    conv = 3 * (3 * 96 * 128 // 8) * 2  # (kernel 4 - 1) columns of q, k, v channels, bf16
+    recurrent = 96 // 8 * 128 * 128 * 4  # fp32
+    assert kinds(caches) == {"state": (69, conv + recurrent), "mla": (24, 1152)}
+    need = cache_need(caches, max_model_len=L, block_size=128)
+    assert need.block_size == 128 * -(-(conv + recurrent) // (128 * 1152)) == 768
+    # 69 KDA layers in 3 groups of 23, 24 MLA layers in one: a block holds 24 pages of 768 x 1152 B.
+    assert need.bytes_per_block == 24 * 768 * 1152
+    assert need.bytes == (3 * 1 + -(-L // 768) + 1) * 24 * 768 * 1152 == 997_982_208
+
+
+def test_kimi_k3_state_is_kept_per_speculative_token_and_the_draft_layers_join_the_mla_group() -> None:
+    target, draft = geometry("moonshotai__Kimi-K3"), geometry("k3-dspark-released")
+    caches = layer_caches("dspark", target, draft, 8, 8, 1, "auto", 3)
+    state = next(c for c in caches if c.kind == "state")
+    assert state.state_bytes == 6 * 4608 * 2 + 12 * 128 * 128 * 4  # conv grows by k columns
+    need = cache_need(caches, max_model_len=L, block_size=128, num_speculative_tokens=3)
+    # 24 + 5 MLA layers set the group size; each KDA group keeps 1 + k state pages.
+    assert need.bytes == (3 * 4 + 43 + 1) * 29 * 768 * 1152 == 1_436_811_264
+
+
+def test_mtp_layers_are_of_the_targets_kind_and_eagle_heads_at_the_targets_tp() -> None:
+    glm = geometry("zai-org__GLM-5")
+    mtp = [c for c in layer_caches("mtp", glm, glm, 2, 2, 1, "auto", 1) if c.model == "draft"]
+    assert kinds(mtp) == {"mla": (1, 1152), "indexer": (1, 132)}
+    llama, head = geometry("meta-llama__Llama-3.1-8B-Instruct"), geometry("specforge__llama3-8B-eagle3")
+    eagle = [c for c in layer_caches("eagle3", llama, head, 8, 1, 1, "auto", 3) if c.model == "draft"]
+    assert kinds(eagle) == {"full": (1, 1 * 256 * 2)}  # built at TP 8 (one KV head), not at draft TP 1
+
+
+def test_align_mode_keeps_two_state_pages_and_a_prefill_checkpoint() -> None:
+    caches = model_layer_caches(geometry("moonshotai__Kimi-K3"), 8, 1, "auto")
+    none = cache_need(caches, max_model_len=L, block_size=64)
+    align = cache_need(caches, max_model_len=L, block_size=64, mamba_align_mode=True)
+    assert align.blocks_per_sequence - none.blocks_per_sequence == 3 * 2  # 3 KDA groups x (2 + 1 - 1)
+
+
+def test_llama4_chunked_layers_hold_one_chunk_plus_the_tokens_in_flight() -> None:
+    caches = model_layer_caches(geometry("layout-llama4-scout-text"), 2, 1, "auto")
+    assert kinds(caches) == {"chunked_local": (36, 4 * 256 * 2), "full": (12, 4 * 256 * 2)}
+    need = cache_need(caches, max_model_len=L, block_size=128, in_flight_tokens=2048)
+    # 36 chunked layers in 3 groups of 12 beside the 12 global ones: a block is 12 pages.
+    assert need.blocks_per_sequence == 3 * ((8192 + 2048) // 128) + L // 128 == 496
+    assert need.bytes == 497 * 12 * 128 * 2048 == 1_563_426_816  # full attention everywhere: 3.0 GiB
+
+
+def test_qwen3_next_counts_12_attention_layers_not_48_and_a_gated_delta_net_state() -> None:
+    caches = model_layer_caches(geometry("layout-qwen3-next-80b"), 2, 1, "auto")
+    conv = 3 * (128 * 16 * 2 + 128 * 32) // 2 * 2  # (kernel - 1) x conv channels per rank, bf16
+    recurrent = 32 // 2 * 128 * 128 * 2  # v heads per rank x 128 x 128, model dtype under auto
+    assert kinds(caches) == {"state": (36, conv + recurrent), "full": (12, 1 * 512 * 2)}
+    need = cache_need(caches, max_model_len=L, block_size=128, mamba_align_mode=True)
+    assert need.block_size == 128 * -(-(conv + recurrent) // (128 * 1024)) == 640
+    # fp32 recurrent state, as the CPU platform stores it: vLLM's own figure on CPU.
+    cpu = model_layer_caches(geometry("layout-qwen3-next-80b"), 2, 1, "auto", mamba_ssm_cache_dtype="float32")
+    assert cache_need(cpu, max_model_len=L, block_size=128, in_flight_tokens=2048, mamba_align_mode=True).bytes == 509_607_936
