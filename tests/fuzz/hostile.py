@@ -182,7 +182,10 @@ def names_what_is_wrong(outcome: Outcome) -> bool:
         return bool(outcome.stderr.strip())
     if outcome.code == 1:
         try:
-            findings = json.loads(outcome.stdout)["findings"]
+            document = json.loads(outcome.stdout)
+            # `plan -o json` reports a stream: one result per SpeculativeDeployment.
+            results = document["results"] if "results" in document else [document]
+            findings = [f for result in results for f in result["findings"]]
         except (ValueError, KeyError, TypeError):
             return False
         return any(f.get("severity") == "error" and f.get("field") for f in findings)
