@@ -271,10 +271,21 @@ class Telemetry:
         if {**speculation, "observedAt": None} != {**previous, "observedAt": None}:
             patch["speculation"] = _merge_patch(previous, speculation)
         if conditions != old_conditions:
-            patch["conditions"] = conditions
+            # A merge patch replaces the whole list, and the reconcile owns every other condition:
+            # rebuild it from the live object, and let the API server refuse (409) if the object
+            # moves between this read and the write (the next interval tries again).
+            live = self.kube.get(KIND, meta["namespace"], meta["name"])
+            if live is None:
+                return None
+            live_conditions = list((live.get("status") or {}).get("conditions") or [])
+            patch["conditions"] = set_condition(live_conditions, analysis.verdict, now=now, generation=meta.get("generation"))
+            old_conditions = live_conditions
         if not patch:
             return None
-        self.kube.merge_patch(KIND, meta["namespace"], meta["name"], {"status": patch}, subresource="status")
+        body_patch: dict[str, Any] = {"status": patch}
+        if "conditions" in patch:
+            body_patch["metadata"] = {"resourceVersion": live["metadata"].get("resourceVersion")}
+        self.kube.merge_patch(KIND, meta["namespace"], meta["name"], body_patch, subresource="status")
         if change is not None:
             self._event(body, "Normal", "SpeculativeTokensChanged", change.reason, now)
         before = next((c for c in old_conditions if c.get("type") == CONDITION), {})
