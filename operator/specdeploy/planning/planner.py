@@ -37,12 +37,18 @@ MAX_PIPELINE_PARALLEL = 16
 class _Sized:
     """The pair with the weight bytes each GPU group must hold."""
 
-    target: Geometry
-    draft: Geometry | None  # for mtp: the target itself (its MTP layers draft)
     models: Models
     target_weight_bytes: int
     draft_weight_bytes: int
     weights_source: str
+
+    @property
+    def target(self) -> Geometry:
+        return self.models.target
+
+    @property
+    def draft(self) -> Geometry | None:  # for mtp: the target itself (its MTP layers draft)
+        return self.models.draft
 
 
 def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, list[Finding]]:
@@ -57,9 +63,10 @@ def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, lis
         return None, [error("gpu-unknown", "spec.resources.gpu.product", str(exc), Stage.PLAN)]
 
 
-def _gpu_memory_gib(spec: SpeculativeDeploymentSpec) -> tuple[float | None, list[Finding]]:
+def _gpu_memory_gib(spec: SpeculativeDeploymentSpec, product: GpuProduct | None,
+                    findings: list[Finding]) -> tuple[float | None, list[Finding]]:
+    """GPU memory: memoryGiB, else the product's; `findings` are the product lookup's."""
     gpu = spec.resources.gpu
-    product, findings = gpu_product(spec)
     if gpu.memory_gi_b is not None:
         return gpu.memory_gi_b, findings
     if product is not None:
@@ -221,7 +228,7 @@ def _decisions(models: _Sized, layout: _Layout, per_node: int) -> tuple[str, ...
 def layout_findings(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
     """vLLM's layout rules alone (no memory, no plan), for a pair that already failed: so that a
     user sees every reason at once, e.g. a draft vocab mismatch and a TP the heads refuse."""
-    sized = _Sized(models.target, models.draft, models, 0, 0, "")
+    sized = _Sized(models, 0, 0, "")
     blocking: list[Finding] = []
     for tp, pp in _candidate_layouts(spec, models.target):
         _, layout, blocking = _try_layout(spec, sized, tp, pp, None, 0, facts)
@@ -237,8 +244,9 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
     explicit TP vLLM refuses is a validation error); the search's own are stage `plan`."""
     target, draft = models.target, models.draft
     target_bytes, draft_bytes, source = _weights(spec, target, target_in, draft, draft_in)
-    sized = _Sized(target, draft, models, target_bytes, draft_bytes, source)
-    gpu_gib, findings = _gpu_memory_gib(spec)
+    sized = _Sized(models, target_bytes, draft_bytes, source)
+    product, product_findings = gpu_product(spec)
+    gpu_gib, findings = _gpu_memory_gib(spec, product, product_findings)
     if has_errors(findings):
         return None, findings
     max_model_len = spec.serving.max_model_len or target.derived_max_model_len
@@ -265,7 +273,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
         pipeline_parallel_size=chosen.pp,
         nodes_per_replica=chosen.nodes,
         gpus_per_pod=chosen.gpus_per_pod,
-        gpu_resource_name=resource_name(spec.resources.gpu.resource_name, gpu_product(spec)[0]),
+        gpu_resource_name=resource_name(spec.resources.gpu.resource_name, product),
         max_model_len=max_model_len or None,
         target=_layout(target, chosen.tp),
         draft=_layout(draft, built_draft_tp(spec.draft.method, chosen.tp, chosen.draft_tp) or chosen.tp) if draft is not None else None,
