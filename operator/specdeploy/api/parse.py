@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, Stage, error
+from specdeploy.findings import Finding, Stage, error, json_type
 
 
 def _spec_error(code: str, field: str, message: str) -> Finding:
@@ -79,7 +79,7 @@ class ParsedObject:
 
 def _name_findings(field: str, value: Any, *, namespace: bool) -> list[Finding]:
     if not isinstance(value, str):
-        return [_spec_error("object-invalid", field, f"must be a string, got {type(value).__name__}")]
+        return [_spec_error("object-invalid", field, f"must be a string, got {json_type(value)}")]
     limit, pattern, what = (63, DNS1123_LABEL_RE, "a DNS-1123 label") if namespace else (253, DNS1123_SUBDOMAIN_RE, "a DNS-1123 subdomain")
     if len(value) > limit:
         return [_spec_error("object-invalid", field, f"must be at most {limit} characters, got {len(value)}")]
@@ -117,7 +117,7 @@ def is_bare_spec(document: Any) -> bool:
 def parse_object(document: Any, *, default_namespace: str = "default", namespace_override: str | None = None) -> ParsedObject:
     """Judge one document of a stream the way the API server and then the operator would."""
     if not isinstance(document, dict):
-        return ParsedObject("", default_namespace, None, (_spec_error("object-invalid", "", f"a document must be a mapping, got {type(document).__name__}"),))
+        return ParsedObject("", default_namespace, None, (_spec_error("object-invalid", "", f"a document must be a mapping, got {json_type(document)}"),))
     if is_bare_spec(document):
         spec, findings = parse_spec(spec_of_document(document))
         return ParsedObject("specdeploy", namespace_override or default_namespace, spec, tuple(findings))
