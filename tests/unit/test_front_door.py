@@ -78,6 +78,7 @@ def test_refusals_name_the_field(capsys: pytest.CaptureFixture[str], name: str, 
     ("deep-nesting-5000", "nest"), ("deep-block-nesting", "deeper than"), ("alias-bomb", "alias"),
     ("duplicate-key", "duplicate key 'replicas'"), ("namespace-nan", "nan"), ("python-tag", "python/object"),
     ("invalid-utf8", "cannot read"), ("empty", "no SpeculativeDeployment"),
+    ("alias-recursive", "alias *spec refers to a node that contains it"), ("integer-5000-digits", "a number of 5000 characters"),
 ])
 def test_hostile_yaml_is_a_usage_error_saying_why(capsys: pytest.CaptureFixture[str], name: str, words: str) -> None:
     code, out, err = plan(capsys, BAD[[p.stem for p in BAD].index(name)], "-o", "json")

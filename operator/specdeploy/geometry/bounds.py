@@ -174,3 +174,8 @@ def config_bound_findings(raw: dict[str, Any], field_prefix: str) -> list[Findin
             elif isinstance(value, list):
                 stack.extend((item, f"{where}[{i}]", key) for i, item in enumerate(value[:256]) if isinstance(item, dict))
     return findings
+
+
+# Every key this module bounds, for the test that keeps it in step with what the rules read.
+BOUNDED_KEYS = frozenset(_INTS) | frozenset(_INT_LISTS) | frozenset(_STRING_LISTS) | frozenset(_NUMBERS) | frozenset(
+    _DICTS) | frozenset(_STRINGS) | frozenset(_PATTERNS) | {"group_size", "factor", "architectures", "sliding_window"}
