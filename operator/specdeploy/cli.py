@@ -95,7 +95,9 @@ def _hub_local_only() -> bool:
 
 
 def _looks_local(ref: str) -> bool:
-    return Path(ref).exists() or ref.endswith(".json") or ref.startswith((".", "/", "~"))
+    from specdeploy.sources.resolve import path_exists
+
+    return path_exists(Path(ref)) or ref.endswith(".json") or ref.startswith((".", "/", "~"))
 
 
 # ---- validate ----------------------------------------------------------------------------------

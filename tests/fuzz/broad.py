@@ -408,7 +408,25 @@ def m_configmap_ref(doc: dict[str, Any], rng: random.Random) -> str:
     return "configmap"
 
 
-MUTATORS: list[tuple[Mutator, int]] = [
+MODEL_REFS = SPEC_SPECIAL[("target", "model")] + ["a" * 300, "a\x00b", "a/b/c", "-x", "a..b", "org/-name", "." * 3, "org/name",
+                                                   "/proc/self/mem", "/proc/self/status", "/dev/null", "/etc", "\\\\server\\share"]
+REVISIONS = ["main", "../../../etc", "a" * 128, "\x00", "refs/pr/1", " ", "v1.0", "0" * 40, "~", "%2e%2e"]
+
+
+def m_model_ref(doc: dict[str, Any], rng: random.Random) -> str:
+    """No inline config: the model reference itself is read (a path, a Hub id, nonsense)."""
+    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else None
+    part = spec.get(rng.choice(["target", "draft"])) if spec else None
+    if not isinstance(part, dict):
+        return m_spec_field(doc, rng)
+    part.pop("config", None)
+    part["model"] = copy.deepcopy(rng.choice(MODEL_REFS))
+    if rng.random() < 0.3:
+        part["revision"] = rng.choice(REVISIONS)
+    return "model-ref"
+
+
+MUTATORS: list[tuple[Mutator, int]] = [(m_model_ref, 2), 
     (m_config_key, 10), (m_config_subtree, 6), (m_config_drop, 2), (m_config_retype, 2), (m_config_whole, 1),
     (m_spec_field, 8), (m_spec_type, 1), (m_metadata, 2), (m_status, 1), (m_envelope, 2), (m_configmap_ref, 3),
 ]
@@ -622,7 +640,11 @@ def validate_cases(count: int, seed: int) -> Iterator[Case]:
         if rng.random() < 0.03:
             files[f"{which}.json"] = b"\xff\xfe\x00garbage"
             whats.append("bytes")
-        argv = ["validate", "--target", "{dir}/target.json", "--method", method, "-o", rng.choice(["json", "text"])]
+        target_ref = "{dir}/target.json"
+        if rng.random() < 0.1:
+            target_ref = rng.choice(MODEL_REFS + ["{dir}", "{dir}/missing.json", "{dir}/stdout"])
+            whats.append("target-ref")
+        argv = ["validate", "--target", target_ref, "--method", method, "-o", rng.choice(["json", "text"])]
         if draft_name:
             argv += ["--draft", "{dir}/draft.json"]
         flag = rng.choice([None, None, "--tp", "--draft-tp", "--pp", "--num-speculative-tokens", "--max-model-len", "--gpu",

@@ -190,3 +190,21 @@ def test_each_stream_finding_code_is_reached(capsys: pytest.CaptureFixture[str],
     (result,) = json.loads(out)["results"]
     assert result["verdict"] == verdict and exit_code == (1 if verdict == "invalid" else 2)
     assert code in {f["code"] for f in result["findings"]}
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    ("/proc/self/mem", "cannot read /proc/self/mem"),  # a file that exists but cannot be read
+    ("a" * 300, "neither a path nor a Hub repo id"),  # too long for a file name, and for a repo id
+    ("a\x00b", "neither a path nor a Hub repo id"),  # a NUL byte
+    ("a/b/c", "neither a path nor a Hub repo id"),
+    ("/dev/null", "has no config.json"),
+])
+def test_a_model_that_is_no_readable_path_nor_a_repo_id_is_refused_by_name(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                          model: str, words: str) -> None:
+    path = tmp_path / "sd.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "x"},
+                                    "spec": {"target": {"model": model}, "draft": {"method": "ngram", "numSpeculativeTokens": 3}}}))
+    code, out, err = plan(capsys, path, "-o", "json")
+    findings = json.loads(out)["results"][0]["findings"]
+    assert code == 1, err
+    assert [f["field"] for f in findings] == ["spec.target.model"] and words in findings[0]["message"], findings

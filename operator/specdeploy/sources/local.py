@@ -88,9 +88,14 @@ def read_local(path: Path, field: str) -> tuple[dict[str, Any], int | None]:
     config_path = path / "config.json" if path.is_dir() else path
     if not config_path.is_file():
         raise SourceInvalid(field, f"{path} has no config.json")
-    if config_path.stat().st_size > MAX_CONFIG_BYTES:
-        raise SourceInvalid(field, f"{config_path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
-    config = parse_config_text(config_path.read_text(errors="replace"), field, str(config_path))
+    try:
+        if config_path.stat().st_size > MAX_CONFIG_BYTES:
+            raise SourceInvalid(field, f"{config_path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+        with config_path.open("rb") as handle:  # bounded: /proc files report size 0
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise SourceInvalid(field, f"cannot read {config_path}: {exc.strerror or exc}") from exc
+    config = parse_config_text(data.decode("utf-8", errors="replace"), field, str(config_path))
     index_path = config_path.parent / "model.safetensors.index.json"
     weights = None
     if index_path.is_file():
