@@ -47,6 +47,11 @@ QUANT = {"quant_method": "gptq", "bits": 4}
     ("mamba_ssm_dtype", 16, "mamba_ssm_dtype"),
     ("num_attention_heads", 10**400, "num_attention_heads"),
     ("architectures", ["x" * 100_000], "architectures"),
+    # RoPE parameters transformers' rope validation reads (it raised TypeError/len() of None).
+    ("rope_scaling", {"rope_type": "longrope", "factor": 2.0, "short_factor": "x", "long_factor": None}, "rope_scaling.short_factor"),
+    ("rope_scaling", {"rope_type": 5, "factor": 2.0}, "rope_scaling.rope_type"),
+    ("rope_scaling", {"rope_type": "yarn", "factor": 4.0, "beta_fast": "x"}, "rope_scaling.beta_fast"),
+    ("rope_parameters", {"full_attention": {"rope_type": "linear", "factor": 1e308}}, "rope_parameters.full_attention.factor"),
 ])
 def test_each_hostile_value_is_a_finding_naming_the_field(key: str, value: Any, field: str) -> None:
     raw = copy.deepcopy(QWEN3)

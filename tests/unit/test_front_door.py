@@ -208,3 +208,29 @@ def test_a_model_that_is_no_readable_path_nor_a_repo_id_is_refused_by_name(capsy
     findings = json.loads(out)["results"][0]["findings"]
     assert code == 1, err
     assert [f["field"] for f in findings] == ["spec.target.model"] and words in findings[0]["message"], findings
+
+
+def test_a_document_with_thousands_of_wrong_values_reports_the_first_and_a_count(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "sd.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "x"},
+                                    "spec": {"target": {"model": "a/b"}, "draft": {"method": "ngram"},
+                                             "scheduling": {"nodeSelector": {f"k{i}": i for i in range(5000)}}}}))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    findings = json.loads(out)["results"][0]["findings"]
+    assert code == 1 and len(findings) == 50
+    assert findings[0]["field"] == "spec.scheduling.nodeSelector.k0" and findings[-1]["message"].startswith("4951 more error(s) like these, not shown: at spec.scheduling.nodeSelector.k")
+
+
+@pytest.mark.parametrize(("part", "key", "field", "words"), [
+    ("target", "weightsGiB", "spec.target.weightsGiB", "less than or equal to 1048576"),
+    ("resources", "gpu", "spec.resources.gpu.memoryGiB", "less than or equal to 16384"),
+])
+def test_sizes_that_would_overflow_the_memory_arithmetic_are_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                     part: str, key: str, field: str, words: str) -> None:
+    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
+    doc["spec"][part][key] = {"product": "H100-80GB", "memoryGiB": 1e308} if key == "gpu" else 1e308
+    path = tmp_path / "sd.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    findings = json.loads(out)["results"][0]["findings"]
+    assert code == 1 and any(f["field"] == field and words in f["message"] for f in findings), findings

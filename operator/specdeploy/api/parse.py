@@ -24,6 +24,21 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return path
 
 
+# A document with 90,000 wrong values has 90,000 findings: report the first ones and a count
+# (the output stays readable and small; the first fix shows the next batch).
+MAX_FINDINGS = 50
+
+
+def capped(findings: list[Finding]) -> list[Finding]:
+    if len(findings) <= MAX_FINDINGS:
+        return findings
+    rest = findings[MAX_FINDINGS - 1:]
+    fields = list(dict.fromkeys(f.field for f in rest))
+    more = error(rest[0].code, rest[0].field, f"{len(rest)} more error(s) like these, not shown: at {', '.join(fields[:3])}"
+                 f"{', ...' if len(fields) > 3 else ''}", rest[0].stage)
+    return findings[: MAX_FINDINGS - 1] + [more]
+
+
 def findings_from_validation_error(exc: ValidationError) -> list[Finding]:
     findings = []
     for item in exc.errors():
@@ -35,7 +50,7 @@ def findings_from_validation_error(exc: ValidationError) -> list[Finding]:
         elif item["type"] == "missing":
             message = "field required"
         findings.append(_spec_error("spec-invalid", _field_path(loc), message))
-    return findings
+    return capped(findings)
 
 
 def parse_spec(spec: dict[str, Any]) -> tuple[SpeculativeDeploymentSpec | None, list[Finding]]:
@@ -143,4 +158,5 @@ def parse_object(document: Any, *, default_namespace: str = "default", namespace
         findings += spec_findings
     if findings:
         spec = None if any(f.severity.value == "error" for f in findings) else spec
+        findings = capped(findings)
     return ParsedObject(name if isinstance(name, str) else repr(name), namespace if isinstance(namespace, str) else repr(namespace), spec, tuple(findings))

@@ -63,6 +63,10 @@ _MAX_STRING = 4096
 # Numbers that may be floats; only finiteness and the upper bound matter.
 _NUMBERS: dict[str, float] = {**{k: float(_POSITIONS) for k in LENGTH_KEYS}, "original_max_position_embeddings": float(_POSITIONS)}
 _RoPE_KEYS = ("rope_scaling", "rope_parameters")
+# Dicts whose keys are RoPE parameters: the scaling itself, or one per layer type (Gemma 3).
+_ROPE_PARENTS = _RoPE_KEYS + ("full_attention", "sliding_attention", "chunked_attention", "linear_attention", "attention")
+_ROPE_NUMBERS = ("attention_factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor", "mscale", "mscale_all_dim",
+                 "rope_theta", "partial_rotary_factor")
 _MAX_ROPE_FACTOR = 1e4
 _DICTS = ("text_config", "llm_config", "rope_scaling", "rope_parameters", "quantization_config", "compression_config",
           "linear_attn_config", "attn_config", "mtp_config", "speculators_config", "transformer_layer_config")
@@ -141,10 +145,8 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
         if not _is_number(value) or value > _NUMBERS[key]:
             return f"{where} is {_show(value)}; a context length is a finite number up to {int(_NUMBERS[key])}"
         return None
-    if key == "factor" and parent in _RoPE_KEYS + ("full_attention", "sliding_attention"):
-        if not _is_number(value) or not 0 < value <= _MAX_ROPE_FACTOR:
-            return f"{where} is {_show(value)}; a RoPE scaling factor is a number in (0, {_MAX_ROPE_FACTOR:g}]"
-        return None
+    if parent in _ROPE_PARENTS:
+        return _check_rope(key, value, where)
     if key == "architectures":
         if not isinstance(value, list) or len(value) > _MAX_ARCHITECTURES or not all(isinstance(a, str) and 0 < len(a) <= 256 for a in value):
             return f"{where} must be a list of architecture names (strings), e.g. [\"LlamaForCausalLM\"]"
@@ -153,6 +155,27 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
         return f"{where} must be a string of at most 256 characters (got {json_type(value)} {_show(value)})"
     if key in _DICTS and not isinstance(value, dict):
         return f"{where} must be an object (got {json_type(value)})"
+    return None
+
+
+def _check_rope(key: str, value: Any, where: str) -> str | None:
+    """The RoPE parameters transformers' rope validation reads (modeling_rope_utils.py) and
+    vLLM's context-length derivation multiplies by."""
+    if key == "factor":
+        if not _is_number(value) or not 0 < value <= _MAX_ROPE_FACTOR:
+            return f"{where} is {_show(value)}; a RoPE scaling factor is a number in (0, {_MAX_ROPE_FACTOR:g}]"
+    elif key in ("rope_type", "type"):
+        if not isinstance(value, str) or len(value) > 64:
+            return f"{where} must be a RoPE type name such as \"linear\", \"yarn\" or \"llama3\" (got {json_type(value)} {_show(value)})"
+    elif key in _ROPE_NUMBERS:
+        if not _is_number(value) or abs(value) > _POSITIONS:
+            return f"{where} is {_show(value)}; it must be a finite number"
+    elif key in ("short_factor", "long_factor"):
+        if not isinstance(value, list) or len(value) > _WIDTH or not all(_is_number(v) for v in value):
+            return f"{where} must be a list of numbers, one per rotary dimension (got {json_type(value)} {_show(value)})"
+    elif key == "mrope_section":
+        if not isinstance(value, list) or len(value) > 64 or not all(_is_int(v) and 0 <= v <= _WIDTH for v in value):
+            return f"{where} must be a list of non-negative integers (got {json_type(value)} {_show(value)})"
     return None
 
 
