@@ -234,3 +234,18 @@ def test_sizes_that_would_overflow_the_memory_arithmetic_are_refused(capsys: pyt
     code, out, _ = plan(capsys, path, "-o", "json")
     findings = json.loads(out)["results"][0]["findings"]
     assert code == 1 and any(f["field"] == field and words in f["message"] for f in findings), findings
+
+
+def test_the_items_of_a_list_are_judged_as_kubectl_apply_applies_them(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`kubectl get -o yaml` prints a v1 List; its SpeculativeDeployments and ConfigMaps count."""
+    cr = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
+    config = cr["spec"]["target"].pop("config")
+    cr["spec"]["target"]["configMapRef"] = {"name": "qwen3-config"}
+    bad = {**cr, "metadata": {"name": "bad"}, "spec": {**cr["spec"], "replicas": "2"}}
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "qwen3-config"}, "data": {"config.json": json.dumps(config)}}
+    path = tmp_path / "list.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [cr, bad, configmap]}))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    results = {r["name"]: r for r in json.loads(out)["results"]}
+    assert code == 1 and results[cr["metadata"]["name"]]["verdict"] == "valid"
+    assert [f["field"] for f in results["bad"]["findings"]] == ["spec.replicas"]
