@@ -33,7 +33,6 @@ import json
 import os
 import re
 import random
-import resource
 import signal
 import subprocess
 import sys
@@ -733,24 +732,31 @@ def run_forked(case: Case, workdir: Path) -> Outcome:
 
 
 def run_subprocess(case: Case, workdir: Path, python: str) -> Outcome:
-    """The real thing: `python -m specdeploy.cli ...` as its own process (what a user runs)."""
+    """The real thing: `python -m specdeploy.cli ...` as its own process (what a user runs),
+    its own peak RSS from wait4, killed at the time limit."""
     for name, content in case.files.items():
         (workdir / name).write_bytes(content)
     argv = [python, "-m", "specdeploy.cli", *[a.replace("{dir}", str(workdir)) for a in case.argv]]
+    out_path, err_path = workdir / "stdout", workdir / "stderr"
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "SPECDEPLOY_DEBUG": ""})
-    try:
-        out, err = proc.communicate(timeout=TIME_LIMIT_S)
-        code: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        code = None
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env={**os.environ, "SPECDEPLOY_DEBUG": ""})
+    code: int | None = None
+    while True:
+        waited, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if waited:
+            code = os.waitstatus_to_exitcode(status)
+            break
+        if time.perf_counter() - start > TIME_LIMIT_S:
+            proc.kill()
+            _, _, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.01)
+    proc.returncode = code if code is not None else -9  # reaped here: keep Popen from waiting again
     seconds = time.perf_counter() - start
-    _, _, usage = 0, 0, resource.getrusage(resource.RUSAGE_CHILDREN)  # cumulative max: an upper bound
-    stderr = err.decode(errors="replace")
+    stdout, stderr = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
     tb = stderr if ("Traceback (most recent call last)" in stderr or "internal error" in stderr) else None
-    return Outcome(case.what, case.argv, code, seconds, usage.ru_maxrss, out.decode(errors="replace")[:20_000_000], stderr[:20_000], tb)
+    return Outcome(case.what, case.argv, code, seconds, usage.ru_maxrss, stdout[:20_000_000], stderr[:20_000], tb)
 
 
 # Messages that are Python's words, not ours: a refusal must say which field and what is allowed.
