@@ -872,10 +872,12 @@ def main() -> int:
         for i, case in enumerate(itertools.chain(plan_cases(args.count, args.seed), validate_cases(validate_count, args.seed))):
             outcome = run_forked(case, Path(tmp))
             outcomes.append(_judged(outcome))
-            if every and i % every == 0 and len(sampled) < args.subprocess:
+            # A NUL cannot be passed in a real process's argv (no shell can send one either).
+            if every and i % every == 0 and len(sampled) < args.subprocess and not any("\x00" in a for a in case.argv):
                 sampled.append(case)
             if (i + 1) % 500 == 0:
                 print(f"{i + 1}/{total} in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        print(json.dumps({"forked": summarise(outcomes)}), file=sys.stderr, flush=True)
         for case in sampled:
             outcome = run_subprocess(case, Path(tmp), sys.executable)
             outcome.what = "subprocess " + outcome.what
