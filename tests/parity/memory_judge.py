@@ -19,7 +19,10 @@ For one case:
    (must raise vLLM's "KV cache is needed" error), so the figure is vLLM's verdict.
 
 What the CPU build lacks, and what stands in for it (none of it touches a cache spec):
-- `cutlass`/`cuda` (CUTLASS DSL kernels imported while building Kimi-K3): empty modules;
+- `cutlass`/`cuda` (CUTLASS DSL kernels imported while building Kimi-K3) and `torchvision`
+  (the image processors the Qwen3.5 and Llama-4 VL wrappers import): empty modules; the
+  registry's model inspection, which vLLM runs in a subprocess, runs in this process so
+  that it sees them;
 - `torch.cuda.Stream`/`Event`, `torch.accelerator.empty_cache`: no-ops;
 - MoE and fp8 kernels: no CPU kernel for these formats, so the judge strips
   `quantization_config` (it changes weights, not the KV cache) and stubs the unquantized
@@ -45,11 +48,11 @@ import json
 import os
 import sys
 import tempfile
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -74,10 +77,11 @@ class MemoryVerdict:
 class _StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Empty modules for CUDA-only packages that vLLM imports while building a model."""
 
-    ROOTS = frozenset({"cutlass", "cuda"})
+    def __init__(self, *roots: str) -> None:
+        self.roots = frozenset(roots)
 
     def find_spec(self, name, path, target=None):  # noqa: ARG002
-        if name.split(".")[0] in self.ROOTS:
+        if name.split(".")[0] in self.roots:
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -140,7 +144,8 @@ class MemoryJudge:
         from vllm.v1.worker.workspace import init_workspace_manager
 
         init_workspace_manager(torch.device("meta"))
-        self._stand_in = _StandIn()
+        self._stand_in = _StandIn("cutlass", "cuda", "torchvision")
+        self._vision = _StandIn("torchvision")  # tvm_ffi, imported with the engine config, probes `cuda`
         self._tmp = tempfile.TemporaryDirectory(prefix="specdeploy-memory-")
 
     def close(self) -> None:
@@ -159,7 +164,10 @@ class MemoryJudge:
         model = _write(target, root, "target")
 
         def engine_config(prefix_caching: bool | None) -> Any:
-            with mock.patch("vllm.transformers_utils.repo_utils.time.sleep"):
+            # The registry inspects a model class in a subprocess (to keep CUDA out of this
+            # one); here it runs in-process, where the stand-ins serve the VL models' imports.
+            with mock.patch("vllm.transformers_utils.repo_utils.time.sleep"), self._stand_ins(self._vision), \
+                    mock.patch("vllm.model_executor.models.registry._run_in_subprocess", lambda fn: fn()):
                 return EngineArgs(model=model, skip_tokenizer_init=True, speculative_config=speculative,
                                   tensor_parallel_size=tp, distributed_executor_backend="external_launcher",
                                   load_format="dummy", max_model_len=max_model_len,
@@ -182,6 +190,14 @@ class MemoryJudge:
             return MemoryVerdict(False, "load", _first_line(exc))
         return self._need(config, specs)
 
+    @contextmanager
+    def _stand_ins(self, finder: _StandIn) -> Iterator[None]:
+        sys.meta_path.insert(0, finder)
+        try:
+            yield
+        finally:
+            sys.meta_path.remove(finder)
+
     def _build_and_collect(self, config: Any, tp: int, method: str | None) -> dict[str, Any]:
         import vllm.distributed.parallel_state as parallel_state
         import vllm.model_executor.model_loader as model_loader
@@ -200,8 +216,7 @@ class MemoryJudge:
 
         with ExitStack() as stack:
             # Only while building: tvm_ffi (imported with the engine config) probes `cuda`.
-            sys.meta_path.insert(0, self._stand_in)
-            stack.callback(sys.meta_path.remove, self._stand_in)
+            stack.enter_context(self._stand_ins(self._stand_in))
             stack.enter_context(set_current_vllm_config(config))
             stack.enter_context(self._torch.device("meta"))
             for target in ("torch.cuda.Stream", "torch.cuda.Event"):
