@@ -216,6 +216,16 @@ def _compressed_mla_caches(model: Any, pp: int, kv_cache_dtype: str, layers: int
             for spec, n in counts.items()]
 
 
+def promote_local_to_full(caches: list[LayerCache]) -> list[LayerCache]:
+    """Without the hybrid KV cache manager (`kv_cache_utils.unify_hybrid_kv_cache_specs` ->
+    `_promote_local_kv_cache_specs`), sliding-window and chunked layers beside full ones are
+    allocated as full attention: every block of max_model_len."""
+    if not any(c.kind == FULL for c in caches) or not any(c.kind in (SLIDING, CHUNKED) for c in caches):
+        return caches
+    return [LayerCache(FULL, c.layers, c.bytes_per_token, model=c.model) if c.kind in (SLIDING, CHUNKED) else c
+            for c in caches]
+
+
 def default_block_size(caches: Iterable[LayerCache]) -> int:
     """The GPU backend's block size: 64 for the MLA kernels, 16 otherwise."""
     return GPU_MLA_BLOCK_SIZE if any(c.kind == MLA for c in caches) else GPU_BLOCK_SIZE
