@@ -58,13 +58,14 @@ from unittest import mock
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+CPU_ONLY_FAILURES = ("requires a CUDA device", "is not implemented on CPU")
 _GROUPS = ("_WORLD", "_TP", "_PP", "_DP", "_EP", "_DCP", "_PCP", "_ETP", "_EPLB", "_INNER_DP_WORLD", "_ENGRAM_DP")
 
 
 @dataclass(frozen=True)
 class MemoryVerdict:
     ok: bool
-    stage: str  # "" | "config" | "load" | "kv-cache"
+    stage: str  # "" | "config" | "load" | "kv-cache" | "cpu" (a GPU-only layer the CPU build cannot make)
     error: str
     need_bytes: int = 0
     block_size: int = 0
@@ -146,7 +147,19 @@ class MemoryJudge:
         init_workspace_manager(torch.device("meta"))
         self._stand_in = _StandIn("cutlass", "cuda", "torchvision")
         self._vision = _StandIn("torchvision")  # tvm_ffi, imported with the engine config, probes `cuda`
+        self._gpu_deepseek_v4_heads()
         self._tmp = tempfile.TemporaryDirectory(prefix="specdeploy-memory-")
+
+    def _gpu_deepseek_v4_heads(self) -> None:
+        """The CPU build's DeepSeek-V4 DSpark and MTP classes (models/deepseek_v4/cpu/) only raise
+        NotImplementedError; the GPU's (models/deepseek_v4/nvidia/) are what a pod builds, and
+        their __init__ reads the draft config as it will there."""
+        import vllm.models.deepseek_v4 as deepseek_v4
+
+        with self._stand_ins(self._stand_in):
+            from vllm.models.deepseek_v4.nvidia import dspark, mtp
+        deepseek_v4.DSparkDeepseekV4ForCausalLM = dspark.DSparkDeepseekV4ForCausalLM
+        deepseek_v4.DeepSeekV4MTP = mtp.DeepSeekV4MTP
 
     def close(self) -> None:
         self._tmp.cleanup()
@@ -187,7 +200,9 @@ class MemoryJudge:
         try:
             specs = self._build_and_collect(config, tp, method)
         except Exception as exc:  # noqa: BLE001
-            return MemoryVerdict(False, "load", _first_line(exc))
+            # A GPU-only layer (DeepSeek-V4 attention asserts a CUDA device) is no verdict on a pod.
+            cpu_only = any(s in str(exc) for s in CPU_ONLY_FAILURES)
+            return MemoryVerdict(False, "cpu" if cpu_only else "load", _first_line(exc))
         return self._need(config, specs)
 
     @contextmanager
