@@ -68,7 +68,8 @@ class MemoryVerdict:
     stage: str  # "" | "config" | "load" | "kv-cache" | "cpu" (a GPU-only layer the CPU build cannot make)
     error: str
     need_bytes: int = 0
-    block_size: int = 0
+    block_size: int = 0  # after the hybrid alignment
+    requested_block_size: int = 0  # before it: the backend's (or the CacheConfig's) block size
     in_flight_tokens: int = 0
     mamba_align_mode: bool = False
     mamba_ssm_cache_dtype: str = "auto"
@@ -165,7 +166,8 @@ class MemoryJudge:
         self._tmp.cleanup()
 
     def judge(self, name: str, target: dict[str, Any], draft: dict[str, Any] | None, method: str | None,
-              k: int, tp: int, max_model_len: int) -> MemoryVerdict:
+              k: int, tp: int, max_model_len: int, block_size: int | None = None) -> MemoryVerdict:
+        """`block_size`: CacheConfig's, as `--block-size` sets it (None: the platform's default)."""
         from vllm.engine.arg_utils import EngineArgs
 
         root = Path(tempfile.mkdtemp(dir=self._tmp.name, prefix=name[:40] + "-"))
@@ -183,7 +185,7 @@ class MemoryJudge:
                     mock.patch("vllm.model_executor.models.registry._run_in_subprocess", lambda fn: fn()):
                 return EngineArgs(model=model, skip_tokenizer_init=True, speculative_config=speculative,
                                   tensor_parallel_size=tp, distributed_executor_backend="external_launcher",
-                                  load_format="dummy", max_model_len=max_model_len,
+                                  load_format="dummy", max_model_len=max_model_len, block_size=block_size,
                                   enable_prefix_caching=prefix_caching).create_engine_config()
         try:
             try:
@@ -248,6 +250,7 @@ class MemoryJudge:
                 for module in (eagle_utils, dflash_utils, model_loader):
                     stack.enter_context(mock.patch.object(module, "get_model", build))
                 loader(model, config)
+            self._requested_block_size = config.cache_config.block_size
             with mock.patch.object(type(current_platform), "_check_aligned_block_size"):
                 current_platform.update_block_size_for_backend(config)
             return get_kv_cache_spec(config)
@@ -261,7 +264,8 @@ class MemoryJudge:
         counts: dict[str, int] = {}
         for spec in specs.values():
             counts[type(spec).__name__] = counts.get(type(spec).__name__, 0) + 1
-        common = dict(block_size=config.cache_config.block_size, in_flight_tokens=config.max_in_flight_tokens,
+        common = dict(block_size=config.cache_config.block_size, requested_block_size=self._requested_block_size,
+                      in_flight_tokens=config.max_in_flight_tokens,
                       mamba_align_mode=config.cache_config.mamba_cache_mode == "align",
                       mamba_ssm_cache_dtype=str(config.cache_config.mamba_ssm_cache_dtype),
                       spec_counts=tuple(sorted(counts.items())))

@@ -70,16 +70,35 @@ PAIRS = (
 )
 
 
+# The GPU backends' block sizes (16 by default, 64 for the MLA kernels), set as `--block-size`
+# sets CacheConfig.block_size. The CPU build honours a user block size for non-MLA attention
+# (platforms/cpu.py) but forces 16 for MLA and 256 for DeepSeek-V4, so MLA at 64 cannot be built
+# here. Its attention kernel takes blocks in multiples of 32 (cpu_attn.py
+# get_supported_kernel_block_sizes), where a GPU's FlashAttention takes multiples of 16: at 16 a
+# sliding-window layer picks 32 (attention.py `_largest_kernel_block_within`) and the hybrid
+# alignment steps in 32s, a CPU-only difference, so block 16 is judged on uniform models only.
+BLOCK_SIZE_CASES = (
+    ("meta-llama__Llama-3.1-8B-Instruct", None, None, 1, 16),
+    ("openai__gpt-oss-20b", None, None, 2, 64),
+    ("openai__gpt-oss-120b", "specforge__gpt-oss-120B-eagle3", "eagle3", 8, 64),
+    ("Qwen__Qwen3.5-122B-A10B", None, "mtp", 4, 64),  # GatedDeltaNet hybrid, Mamba align mode
+    ("nvidia__Qwen3.6-27B-NVFP4", None, None, 1, 64),
+    ("meta-llama__Llama-4-Scout-17B-16E-Instruct", None, None, 8, 64),
+)
+
+
 @dataclass(frozen=True)
 class Case:
     target: str
     draft: str | None
     method: str | None
     tp: int
+    block_size: int | None = None  # None: the CPU platform's default
 
     @property
     def id(self) -> str:
-        return f"{self.target}+{self.draft or self.method or 'alone'}@tp{self.tp}"
+        block = f"@bs{self.block_size}" if self.block_size else ""
+        return f"{self.target}+{self.draft or self.method or 'alone'}@tp{self.tp}{block}"
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,7 @@ def cases() -> list[Case]:
     targets = sorted(p.stem for p in REAL.glob("*.json") if not p.stem.startswith(DRAFT_PREFIXES)) + list(LAYOUT_TARGETS)
     out = [Case(t, None, None, tp) for t in targets for tp in TPS]
     out += [Case(t, d, m, tp) for t, d, m in PAIRS for tp in TPS]
+    out += [Case(t, d, m, tp, bs) for t, d, m, tp, bs in BLOCK_SIZE_CASES]
     return out
 
 
@@ -120,7 +140,8 @@ def our_need(case: Case, verdict: MemoryVerdict) -> int:
     k = K if case.method else 0
     caches = layer_caches(case.method or "ngram", target, draft, case.tp, case.tp, 1, "auto", k,
                           verdict.mamba_ssm_cache_dtype)
-    return cache_need(caches, max_model_len=_max_len(target), block_size=verdict.block_size,
+    # The block size before vLLM's hybrid alignment: ours aligns it the way vLLM does.
+    return cache_need(caches, max_model_len=_max_len(target), block_size=verdict.requested_block_size,
                       in_flight_tokens=verdict.in_flight_tokens, num_speculative_tokens=k,
                       mamba_align_mode=verdict.mamba_align_mode).bytes
 
@@ -136,7 +157,7 @@ def rows() -> list[Row]:
             for case in cases():
                 target = read_geometry(_load(case.target), "t", FACTS)[0]
                 verdict = judge.judge(case.id, _load(case.target), _load(case.draft) if case.draft else None,
-                                      case.method, K, case.tp, _max_len(target))
+                                      case.method, K, case.tp, _max_len(target), case.block_size)
                 _ROWS.append(Row(case, verdict, our_need(case, verdict) if verdict.ok else None))
         finally:
             judge.close()
