@@ -3,19 +3,23 @@ from the resume reconcile): the children each CR should have, and the last confi
 
 - `DesiredChildren`: the manifests the last successful plan rendered, per CR. The child watch
   compares every child event with them, so a hand edit or a deleted child is put back at once
-  (drift), without re-reading configs or re-planning. Each CR has a lock: a reconcile and a
-  child event never apply the same CR's children at the same time.
+  (drift), without re-reading configs or re-planning. Each CR has an asyncio lock: a reconcile
+  and a child event never apply the same CR's children at the same time (both run on the loop).
 - `ConfigCache`: the last config read per (source, model, revision), so a Hub outage or a
   ConfigMap read timeout keeps the last good verdict instead of flipping a serving model.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
+from specdeploy.controller.offload import OffLoop
 from specdeploy.pipeline import ModelInputs
 
 Key = tuple[str, str]  # (namespace, name)
@@ -25,7 +29,7 @@ Key = tuple[str, str]  # (namespace, name)
 class Desired:
     uid: str
     children: dict[tuple[str, str], dict[str, Any]]  # (kind, name) -> manifest
-    lock: threading.RLock = field(default_factory=threading.RLock)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class DesiredChildren:
@@ -64,10 +68,10 @@ class ConfigCache:
         self._size = size
         self._guard = threading.Lock()
 
-    def read(self, key: tuple[str, ...], fetch: Callable[[], ModelInputs],
-             transient: type[Exception]) -> tuple[ModelInputs, Exception | None]:
+    async def read(self, key: tuple[str, ...], fetch: Callable[[], Awaitable[ModelInputs]],
+                   transient: type[Exception]) -> tuple[ModelInputs, Exception | None]:
         try:
-            value = fetch()
+            value = await fetch()
         except transient as exc:
             with self._guard:
                 cached = self._items.get(key)
@@ -93,18 +97,15 @@ class EvaluationCache:
 
     @staticmethod
     def key(*parts: Any) -> str:
-        import hashlib
-        import json
-
         canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
-    def get_or_compute(self, key: str, compute: Callable[[], Any]) -> Any:
+    async def get_or_compute(self, key: str, compute: Callable[[], Awaitable[Any]]) -> Any:
         with self._guard:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        value = compute()
+        value = await compute()
         with self._guard:
             self._items[key] = value
             while len(self._items) > self._size:
@@ -121,6 +122,7 @@ class Memory:
     desired: DesiredChildren = field(default_factory=DesiredChildren)
     configs: ConfigCache = field(default_factory=ConfigCache)
     evaluations: EvaluationCache = field(default_factory=EvaluationCache)
+    offload: OffLoop = field(default_factory=OffLoop)
 
 
 _current = Memory()
@@ -132,5 +134,6 @@ def current() -> Memory:
 
 def fresh() -> Memory:
     global _current
+    _current.offload.shutdown()
     _current = Memory()
     return _current

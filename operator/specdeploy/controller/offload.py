@@ -1,0 +1,83 @@
+"""Work that must not run on kopf's event loop, and the per-reconcile time budget.
+
+The loop serves every CR's API calls; a CPU-bound evaluation or a blocking Hub read there
+would stop them all. So `pipeline.evaluate` and spec/config parsing run in a small CPU pool,
+Hub reads (huggingface_hub's blocking client) in a separate I/O pool, each bounded. Jobs are
+keyed by what they compute: a second request for the same key (another CR of the same model,
+or the retry of a reconcile that ran over its budget) waits for the job already running
+instead of taking a second thread, so a stalled read or a slow evaluation holds one thread,
+however often it is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Hashable, TypeVar
+
+T = TypeVar("T")
+
+BUDGET_ENV = "SPECDEPLOY_RECONCILE_BUDGET_S"
+DEFAULT_BUDGET_S = 30.0
+CPU_WORKERS_ENV = "SPECDEPLOY_CPU_WORKERS"
+IO_WORKERS_ENV = "SPECDEPLOY_IO_WORKERS"
+
+
+def _env_number(name: str, default: float, *, minimum: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum:g}, got {value:g}")
+    return value
+
+
+def reconcile_budget() -> float:
+    """Seconds one reconcile may take before it is cut off, said so in status and retried."""
+    return _env_number(BUDGET_ENV, DEFAULT_BUDGET_S, minimum=0.1)
+
+
+class OffLoop:
+    """The two pools and the jobs in flight, for one operator run (created on its loop)."""
+
+    def __init__(self, cpu_workers: int | None = None, io_workers: int | None = None) -> None:
+        cpu = cpu_workers or int(_env_number(CPU_WORKERS_ENV, min(4, os.cpu_count() or 1), minimum=1))
+        io = io_workers or int(_env_number(IO_WORKERS_ENV, 16, minimum=1))
+        self.cpu = ThreadPoolExecutor(max_workers=cpu, thread_name_prefix="specdeploy-cpu")
+        self.io = ThreadPoolExecutor(max_workers=io, thread_name_prefix="specdeploy-io")
+        self._running: dict[Hashable, asyncio.Future[Any]] = {}
+
+    async def run(self, pool: ThreadPoolExecutor, key: Hashable | None, fn: Callable[[], T]) -> T:
+        """`fn()` in `pool`; `key` (None: never shared) joins a job already running for it.
+        Cancelling the caller (its budget ran out) leaves the job running for the next one."""
+        job = self._running.get(key) if key is not None else None
+        if job is None:
+            job = asyncio.wrap_future(pool.submit(fn))
+            job.add_done_callback(_retrieve)
+            if key is not None:
+                self._running[key] = job
+                job.add_done_callback(lambda done, key=key: self._forget(key, done))
+        return await asyncio.shield(job)
+
+    def _forget(self, key: Hashable, job: asyncio.Future[Any]) -> None:
+        if self._running.get(key) is job:
+            del self._running[key]
+
+    def busy(self) -> int:
+        return len(self._running)
+
+    def shutdown(self) -> None:
+        """Stop taking work; running jobs finish in their threads (nothing waits for them)."""
+        self.cpu.shutdown(wait=False, cancel_futures=True)
+        self.io.shutdown(wait=False, cancel_futures=True)
+
+
+def _retrieve(job: asyncio.Future[Any]) -> None:
+    """Nobody may await a job whose caller was cut off: mark its error as seen."""
+    if not job.cancelled():
+        job.exception()
