@@ -69,6 +69,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # Every handler is a coroutine; kopf's thread pool only serves its own sync helpers.
     settings.execution.max_workers = 4
     memo.budget_s = reconcile_budget()
+    memo.over_budget = set()  # (namespace, name, uid) cut off by the budget since their last full reconcile
     memo.kube = Kube(load_configuration(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true",
                      on_response=METRICS.on_response)
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
@@ -142,15 +143,18 @@ def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
     reconciler = _reconciler(memo, logger)
+    meta = body.get("metadata") or {}
+    key = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
     with METRICS.duration.time():
         try:
             result: Result = await asyncio.wait_for(reconciler.reconcile(body, now=_now(), retry=retry), memo.budget_s)
         except asyncio.TimeoutError as exc:  # over budget: say so, retry later; the others go on
             METRICS.reconciles.labels("timeout").inc()
             logger.warning("Reconcile took longer than its %g s budget; retrying", memo.budget_s)
-            result = reconciler.over_budget(body, memo.budget_s, now=_now())
-            for key, value in result.status_patch.items():
-                patch.status[key] = value
+            result = reconciler.over_budget(body, memo.budget_s, now=_now(), announce=key not in memo.over_budget)
+            memo.over_budget.add(key)
+            for field, value in result.status_patch.items():
+                patch.status[field] = value
             _post(body, result.events)
             raise kopf.TemporaryError(result.retry or "over budget", delay=backoff("api", retry)) from exc
         except KubeTemporaryError as exc:  # reading the CR itself failed: nothing decided yet
@@ -160,13 +164,13 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger:
             METRICS.reconciles.labels("error").inc()
             logger.exception("Reconcile failed unexpectedly")
             result = reconciler.failed(body, exc, now=_now())
-            for key, value in result.status_patch.items():
-                patch.status[key] = value
+            for field, value in result.status_patch.items():
+                patch.status[field] = value
             _post(body, result.events)
             raise kopf.TemporaryError(result.retry or str(exc), delay=backoff("api", retry)) from exc
-    for key, value in result.status_patch.items():
-        patch.status[key] = value
-    meta = body.get("metadata") or {}
+    memo.over_budget.discard(key)
+    for field, value in result.status_patch.items():
+        patch.status[field] = value
     status = {**(body.get("status") or {}), **result.status_patch}
     METRICS.state.observe(meta.get("namespace", ""), meta.get("name", ""), status)
     _post(body, result.events)
@@ -186,6 +190,7 @@ async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted CR: drop what we remembered for it (its children go by garbage collection)."""
     meta = body.get("metadata") or {}
     memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
+    memo.over_budget.discard((meta.get("namespace"), meta.get("name"), meta.get("uid")))
     METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
 
 
