@@ -319,19 +319,20 @@ class Reconciler:
             token = await self.kube.read_secret_key(namespace, ref.name, ref.key)
         config_read_s = min(CONFIG_READ_TIMEOUT_S, request_timeout()[1])
 
-        async def config_map_text(name: str, key: str) -> str:
+        async def config_map_text(field: str, name: str, key: str) -> str:
             try:
                 text = await self.kube.read_config_map_key(namespace, name, key, timeout=config_read_s)
             except KubeTemporaryError as exc:
-                raise SourceUnavailable("configMapRef", str(exc)) from exc
+                raise SourceUnavailable(field, str(exc)) from exc
             if text is None:  # may be created after the CR (GitOps ordering): retry
-                raise SourceUnavailable("configMapRef", f"ConfigMap {namespace}/{name} or its key {key!r} does not exist yet")
+                raise SourceUnavailable(field, f"ConfigMap {namespace}/{name} or its key {key!r} does not exist yet")
             return text
 
         async def fetch(source: ModelSource | DraftSpec, where: str) -> ModelInputs:
             text = None
             if source.config is None and source.config_map_ref is not None:  # read on the loop, parse off it
-                text = await config_map_text(source.config_map_ref.name, source.config_map_ref.key)
+                ref = source.config_map_ref
+                text = await config_map_text(f"{where}.configMapRef", ref.name, ref.key)
             resolve = lambda: resolve_model(source, where, hf_token=token, configmap_reader=lambda _n, _k: text,  # noqa: E731
                                             local_files=False)
             if source.config is not None or text is not None:
