@@ -26,10 +26,12 @@ import aiohttp
 import kopf
 from kubernetes.client import Configuration
 
+from specdeploy import __version__
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
 from specdeploy.controller.permissions import allows
 
 RETRY_DELAY_S = 15.0
+USER_AGENT = f"specdeploy/{__version__} (aiohttp)"
 # Seconds per API request (connect, read); SPECDEPLOY_API_TIMEOUT_S overrides the read part.
 API_TIMEOUT_ENV = "SPECDEPLOY_API_TIMEOUT_S"
 
@@ -166,7 +168,7 @@ class Kube:
 
     # -- transport --------------------------------------------------------------------------
     def _headers(self, method: str, body: dict[str, Any] | None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if body is not None:
             headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
         # The official client's auth settings: runs its refresh hook (in-cluster token
