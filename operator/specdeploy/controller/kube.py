@@ -114,7 +114,7 @@ class Kube:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             # A connection pool per operator run; limit_per_host bounds concurrent requests.
-            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit_per_host=64)
+            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit_per_host=int(os.environ.get("SPECDEPLOY_API_CONNECTIONS", "16")))
             self._session = aiohttp.ClientSession(connector=connector, json_serialize=json.dumps)
         return self._session
 

@@ -74,7 +74,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                      on_response=METRICS.on_response)
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
     memo.desired, memo.configs, memo.evaluations = memory.desired, memory.configs, memory.evaluations
-    memo.offload = memory.offload
+    memo.offload, memo.slots = memory.offload, memory.slots
     # The validating webhook (controller/webhook.py), when the chart enables it.
     settings.admission.server = webhook.server_from_env()
     if webhook.enabled():
@@ -147,7 +147,8 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger:
     key = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
     with METRICS.duration.time():
         try:
-            result: Result = await asyncio.wait_for(reconciler.reconcile(body, now=_now(), retry=retry), memo.budget_s)
+            async with memo.slots.held():  # waiting for a slot is not the CR's time
+                result: Result = await asyncio.wait_for(reconciler.reconcile(body, now=_now(), retry=retry), memo.budget_s)
         except asyncio.TimeoutError as exc:  # over budget: say so, retry later; the others go on
             METRICS.reconciles.labels("timeout").inc()
             logger.warning("Reconcile took longer than its %g s budget; retrying", memo.budget_s)

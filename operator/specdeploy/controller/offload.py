@@ -12,9 +12,11 @@ however often it is retried.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Hashable, TypeVar
+from typing import Any, AsyncIterator, Callable, Hashable, TypeVar
 
 T = TypeVar("T")
 
@@ -22,6 +24,8 @@ BUDGET_ENV = "SPECDEPLOY_RECONCILE_BUDGET_S"
 DEFAULT_BUDGET_S = 30.0
 CPU_WORKERS_ENV = "SPECDEPLOY_CPU_WORKERS"
 IO_WORKERS_ENV = "SPECDEPLOY_IO_WORKERS"
+SLOTS_ENV = "SPECDEPLOY_MAX_RECONCILES"
+DEFAULT_SLOTS = 32
 
 
 def _env_number(name: str, default: float, *, minimum: float) -> float:
@@ -81,3 +85,50 @@ def _retrieve(job: asyncio.Future[Any]) -> None:
     """Nobody may await a job whose caller was cut off: mark its error as seen."""
     if not job.cancelled():
         job.exception()
+
+
+_holding: contextvars.ContextVar[dict[str, bool] | None] = contextvars.ContextVar("specdeploy_slot", default=None)
+
+
+class Slots:
+    """At most `n` reconciles at work at once (SPECDEPLOY_MAX_RECONCILES, default 32), so a
+    burst of creates is served in arrival order with bounded memory instead of all at once. A
+    reconcile gives its slot back while it waits on a config read or an evaluation (`released`),
+    so CRs whose configs stall never hold the slots the others need."""
+
+    def __init__(self, n: int | None = None) -> None:
+        self.n = n or int(_env_number(SLOTS_ENV, DEFAULT_SLOTS, minimum=1))
+        self._free: asyncio.Semaphore | None = None
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        if self._free is None:  # created on the loop that uses it
+            self._free = asyncio.Semaphore(self.n)
+        return self._free
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        free = self._semaphore()
+        await free.acquire()
+        state = {"held": True}
+        token = _holding.set(state)
+        try:
+            yield
+        finally:
+            _holding.reset(token)
+            if state["held"]:
+                free.release()
+
+    @contextlib.asynccontextmanager
+    async def released(self) -> AsyncIterator[None]:
+        """Inside `held`: give the slot back for the block, take one again after it."""
+        state = _holding.get()
+        if state is None or not state["held"] or self._free is None:
+            yield
+            return
+        self._free.release()
+        state["held"] = False
+        try:
+            yield
+        finally:
+            await self._free.acquire()  # cancelled here: not held, and `held` releases nothing
+            state["held"] = True

@@ -32,7 +32,7 @@ from specdeploy.controller.conditions import (
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
 from specdeploy.controller.offload import BUDGET_ENV, OffLoop
 from specdeploy.controller import state
-from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache
+from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests
 from specdeploy.pipeline import ModelInputs, evaluate
 from specdeploy.render import endpoint, invalid_names, render_manifests, selector_string
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
@@ -135,6 +135,7 @@ class Reconciler:
         self.configs = configs if configs is not None else memory.configs
         self.evaluations = evaluations if evaluations is not None else memory.evaluations
         self.offload = offload if offload is not None else memory.offload
+        self.slots = memory.slots
 
     async def reconcile(self, body: Mapping[str, Any], *, now: str, retry: int = 0) -> Result:
         meta = body.get("metadata") or {}
@@ -190,7 +191,8 @@ class Reconciler:
 
         # 2. resolve configs (the last good ones when a read fails transiently)
         try:
-            target, draft, stale = await self._resolve(spec, namespace)
+            async with self.slots.released():  # a read may stall: not while holding a slot
+                target, draft, stale = await self._resolve(spec, namespace)
         except SourceUnavailable as exc:
             why = f"{exc.field}: {exc.message}"
             current = previous.get("observedGeneration") == generation
@@ -212,8 +214,9 @@ class Reconciler:
         key = await self.offload.run(cpu, None, lambda: EvaluationCache.key(
             body.get("spec"), target.config, target.weight_bytes, draft.config if draft else None,
             draft.weight_bytes if draft else None, k_in_force))
-        evaluation = await self.evaluations.get_or_compute(key, lambda: self.offload.run(
-            cpu, ("evaluate", key), lambda: evaluate(spec, target, draft, k_in_force=k_in_force)))
+        async with self.slots.released():
+            evaluation = await self.evaluations.get_or_compute(key, lambda: self.offload.run(
+                cpu, ("evaluate", key), lambda: evaluate(spec, target, draft, k_in_force=k_in_force)))
         desired["findings"] = [f.to_dict() for f in evaluation.findings]
         def summary(errors: list) -> str:
             return f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
@@ -254,7 +257,7 @@ class Reconciler:
         first = "workload" not in previous and not entry.children
         async with entry.lock:
             # Record first: the watch events our own writes cause then compare equal.
-            entry.children = {(c["kind"], c["metadata"]["name"]): c for c in children}
+            entry.children = Manifests(children)
             try:
                 applied = [await apply_child(self.kube, child, self.logger, assume_missing=first) for child in children]
                 if not first:  # what we own by label, whatever its name (an older operator's too)

@@ -17,18 +17,36 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping
 
-from specdeploy.controller.offload import OffLoop
+from specdeploy.controller.offload import OffLoop, Slots
 from specdeploy.pipeline import ModelInputs
 
 Key = tuple[str, str]  # (namespace, name)
 
 
+class Manifests(Mapping[tuple[str, str], dict[str, Any]]):
+    """Rendered children by (kind, name), kept as compact JSON text and decoded on each read
+    (a fresh dict: callers may change it): every CR's manifests stay in memory, and as Python
+    dicts they cost several times their text."""
+
+    def __init__(self, children: Iterable[dict[str, Any]] = ()) -> None:
+        self._text = {(c["kind"], c["metadata"]["name"]): json.dumps(c, separators=(",", ":")) for c in children}
+
+    def __getitem__(self, key: tuple[str, str]) -> dict[str, Any]:
+        return json.loads(self._text[key])
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._text)
+
+    def __len__(self) -> int:
+        return len(self._text)
+
+
 @dataclass
 class Desired:
     uid: str
-    children: dict[tuple[str, str], dict[str, Any]]  # (kind, name) -> manifest
+    children: Manifests  # (kind, name) -> manifest
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -42,7 +60,7 @@ class DesiredChildren:
         with self._guard:
             entry = self._entries.get((namespace, name))
             if entry is None or entry.uid != uid:
-                entry = self._entries[(namespace, name)] = Desired(uid, {})
+                entry = self._entries[(namespace, name)] = Desired(uid, Manifests())
             return entry
 
     def get(self, namespace: str, name: str) -> Desired | None:
@@ -123,6 +141,7 @@ class Memory:
     configs: ConfigCache = field(default_factory=ConfigCache)
     evaluations: EvaluationCache = field(default_factory=EvaluationCache)
     offload: OffLoop = field(default_factory=OffLoop)
+    slots: Slots = field(default_factory=Slots)
 
 
 _current = Memory()

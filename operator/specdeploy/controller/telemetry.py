@@ -143,13 +143,14 @@ class Telemetry:
     def track(self, body: Mapping[str, Any], deleted: bool) -> None:
         meta = body.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
+        slim = _slim(body)
         with self._lock:
             if deleted:
                 self._tracked.pop(key, None)
             elif key in self._tracked:
-                self._tracked[key].body = dict(body)
+                self._tracked[key].body = slim
             else:
-                self._tracked[key] = _Tracked(dict(body), Window(self.window_s))
+                self._tracked[key] = _Tracked(slim, Window(self.window_s))
 
     async def tick(self, now_s: float | None = None) -> None:
         """One scrape of every tracked object (the loop calls it once per interval)."""
@@ -315,6 +316,18 @@ class Telemetry:
             await self.kube.create(event)
         except (KubeTemporaryError, KubePermanentError) as exc:
             self.logger.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
+
+
+def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the scraper reads of a CR, kept for every CR between scrapes: not the spec, whose
+    inline configs would make this a second copy of every object in memory."""
+    meta = body.get("metadata") or {}
+    return {
+        "apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "generation") if k in meta},
+        "spec": {"draft": {"numSpeculativeTokens": _spec_k(body)}},
+        "status": dict(body.get("status") or {}),
+    }
 
 
 def _spec_k(body: Mapping[str, Any]) -> Any:
