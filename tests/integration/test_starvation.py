@@ -19,7 +19,7 @@ from .conftest import Cluster, Operator, eventually, example, with_identity
 
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
 SLOW = 20  # more than the I/O pool's 16 threads
-BUDGET_S = 3.0
+BUDGET_S = 6.0  # kmock answers in 0.2-1 s per request once thousands are logged: a full reconcile takes ~4 s here
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def stalling_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.url + "/{repo_id}/resolve/{revision}/{filename}")
         monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setenv("SPECDEPLOY_BACKOFF_SCALE", "1")  # sparse retries: kmock slows with every request it logs
+        monkeypatch.setenv("SPECDEPLOY_BACKOFF_SCALE", "0.5")  # sparse retries: kmock slows with every request it logs
         monkeypatch.setenv("SPECDEPLOY_RECONCILE_BUDGET_S", str(BUDGET_S))
         yield fake
         fake.release.set()
@@ -70,7 +70,7 @@ async def test_stalled_configs_do_not_stop_a_healthy_cr(stalling_hub: FakeHub, b
 
     # Each stalled CR is cut off at its budget and says so, once, while it retries.
     for name in slow:
-        await eventually(lambda: cluster.condition(name, "Progressing").get("reason") == "ReconcileTimeout", timeout=10, what=f"{name} over budget")
+        await eventually(lambda: cluster.condition(name, "Progressing").get("reason") == "ReconcileTimeout", timeout=20, what=f"{name} over budget")
     condition = cluster.condition(slow[0], "Progressing")
     assert condition["status"] == "False" and f"{BUDGET_S:g} s budget" in condition["message"]
     assert cluster.condition(slow[0], "Ready")["status"] == "Unknown"
@@ -82,6 +82,6 @@ async def test_stalled_configs_do_not_stop_a_healthy_cr(stalling_hub: FakeHub, b
 
     stalling_hub.release.set()
     for name in slow:
-        await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", timeout=45, what=f"{name} Planned {cluster.sd(name).get('status')}")
+        await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", timeout=60, what=f"{name} Planned {cluster.sd(name).get('status')}")
     assert cluster.condition(slow[-1], "Progressing")["reason"] != "ReconcileTimeout"
     assert all(_timeouts(cluster, name) == 1 for name in slow)

@@ -25,6 +25,7 @@ DEFAULT_BUDGET_S = 30.0
 CPU_WORKERS_ENV = "SPECDEPLOY_CPU_WORKERS"
 IO_WORKERS_ENV = "SPECDEPLOY_IO_WORKERS"
 SLOTS_ENV = "SPECDEPLOY_MAX_RECONCILES"
+ORPHAN_TTL_S = 600.0
 DEFAULT_SLOTS = 32
 
 
@@ -58,19 +59,33 @@ class OffLoop:
 
     async def run(self, pool: ThreadPoolExecutor, key: Hashable | None, fn: Callable[[], T]) -> T:
         """`fn()` in `pool`; `key` (None: never shared) joins a job already running for it.
-        Cancelling the caller (its budget ran out) leaves the job running for the next one."""
+        Cancelling the caller (its budget ran out) leaves the job running, and its outcome
+        waits for the next caller with the same key (the retry), so a job slower than the
+        budget is finished once and used, not started over on every retry."""
         job = self._running.get(key) if key is not None else None
         if job is None:
             job = asyncio.wrap_future(pool.submit(fn))
             job.add_done_callback(_retrieve)
             if key is not None:
                 self._running[key] = job
-                job.add_done_callback(lambda done, key=key: self._forget(key, done))
-        return await asyncio.shield(job)
+                job.add_done_callback(lambda done, key=key: self._expire(key, done))
+        try:
+            result = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            raise  # the job stays: its outcome is for the retry
+        except BaseException:
+            self._forget(key, job)
+            raise
+        self._forget(key, job)
+        return result
 
-    def _forget(self, key: Hashable, job: asyncio.Future[Any]) -> None:
-        if self._running.get(key) is job:
+    def _forget(self, key: Hashable | None, job: asyncio.Future[Any]) -> None:
+        if key is not None and self._running.get(key) is job:
             del self._running[key]
+
+    def _expire(self, key: Hashable, job: asyncio.Future[Any]) -> None:
+        """An outcome nobody collects (the CR was deleted) is dropped after a while."""
+        asyncio.get_running_loop().call_later(ORPHAN_TTL_S, self._forget, key, job)
 
     def busy(self) -> int:
         return len(self._running)

@@ -257,12 +257,15 @@ class Reconciler:
         first = "workload" not in previous and not entry.children
         async with entry.lock:
             # Record first: the watch events our own writes cause then compare equal.
+            rendered_before = set(entry.children)
             entry.children = Manifests(children)
             try:
                 applied = [await apply_child(self.kube, child, self.logger, assume_missing=first) for child in children]
-                if not first:  # what we own by label, whatever its name (an older operator's too)
+                if not first and (not entry.pruned or set(entry.children) != rendered_before):
+                    # What we own by label, whatever its name (an older operator's too).
                     owned = await owned_children(self.kube, namespace, name, uid)
                     await prune(self.kube, namespace, uid, owned, set(entry.children), self.logger)
+                entry.pruned = True
             except KubeTemporaryError as exc:
                 stuck = exc.slow or retry >= 1
                 failed = Verdict("False", "ApplyFailed", f"{exc} (retrying)") if stuck else Verdict("Unknown", "ApplyRetrying", f"{exc} (retrying)")

@@ -47,6 +47,9 @@ class Manifests(Mapping[tuple[str, str], dict[str, Any]]):
 class Desired:
     uid: str
     children: Manifests  # (kind, name) -> manifest
+    # Owned children listed and pruned by label since this process took the CR on; after that
+    # the child watch deletes strays, and a list is needed only when the rendered set changes.
+    pruned: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
