@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specdeploy.api.spec import METHODS, check_int_or_auto, draft_model_rule
+from specdeploy.controller import LOG_FORMATS
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 OUTPUTS = ("text", "json", "yaml")
@@ -94,7 +95,9 @@ def _hub_local_only() -> bool:
 
 
 def _looks_local(ref: str) -> bool:
-    return Path(ref).exists() or ref.endswith(".json") or ref.startswith((".", "/", "~"))
+    from specdeploy.sources.resolve import path_exists
+
+    return path_exists(Path(ref)) or ref.endswith(".json") or ref.startswith((".", "/", "~"))
 
 
 # ---- validate ----------------------------------------------------------------------------------
@@ -284,7 +287,10 @@ def _add_run(sub: Any) -> None:
     parser.add_argument("-n", "--namespace", action="append", default=[], help="namespace to watch (repeatable)")
     parser.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
     parser.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
-    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="format of a start-up error (the operator logs as text)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default=None,
+                        help="operator log lines, at INFO: text, or json (one object per line, with the object's "
+                             "namespace and name). Default: $SPECDEPLOY_LOG_FORMAT (the chart's logFormat), else text")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="format of a start-up error (see --log-format for the logs)")
     parser.set_defaults(func=_run)
 
 
@@ -292,7 +298,7 @@ def _run(args: argparse.Namespace) -> int:
     from specdeploy.controller.main import run
 
     try:
-        run(namespaces=args.namespace, all_namespaces=args.all_namespaces, liveness=args.liveness)
+        run(namespaces=args.namespace, all_namespaces=args.all_namespaces, liveness=args.liveness, log_format=args.log_format)
     except ValueError as exc:
         raise UsageError("", str(exc)) from None
     return EXIT_VALID

@@ -61,3 +61,13 @@ def at_stage(findings: Iterable[Finding], stage: Stage) -> list[Finding]:
 
 def has_errors(findings: Iterable[Finding], stages: frozenset[Stage] | None = None) -> bool:
     return any(f.severity is Severity.ERROR and (stages is None or f.stage in stages) for f in findings)
+
+
+_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"))
+
+
+def json_type(value: object) -> str:
+    """A value's type as a YAML or JSON author knows it ("null", "array"), not Python's name."""
+    if value is None:
+        return "null"
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)

@@ -68,6 +68,19 @@ def _is_ours(document: Any) -> bool:
             or not ({"apiVersion", "kind"} & set(document)))
 
 
+def _list_items(documents: list[Any]) -> list[Any]:
+    """`kubectl apply -f` applies the items of a List (`kind: List`, or any `...List` with
+    `items`, as `kubectl get -o yaml` prints several objects): so are they judged here."""
+    out: list[Any] = []
+    for document in documents:
+        kind = document.get("kind") if isinstance(document, dict) else None
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(document.get("items"), list):
+            out += document["items"]
+        else:
+            out.append(document)
+    return out
+
+
 def _label(document: dict[str, Any]) -> str:
     metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
     return f"{document.get('kind')}/{metadata.get('name')}"
@@ -88,7 +101,7 @@ def plan_stream(text: str, source: str, *, namespace: str | None = None, hf_toke
                 hub_local_only: Callable[[], bool] = lambda: False) -> StreamReport:
     """Judge and plan every SpeculativeDeployment of `text`. Raises StreamError for a stream
     that is not YAML the API server would take, or holds no SpeculativeDeployment."""
-    documents = load_documents(text, source)
+    documents = _list_items(load_documents(text, source))
     default_namespace = namespace or "default"
     configmaps = _configmaps(documents, default_namespace)
     ours = [d for d in documents if _is_ours(d)]

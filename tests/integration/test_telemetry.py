@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from specdeploy.render.labels import labels
+from tests.metrics_server import serve_metrics
 
 from .conftest import DEPLOYMENT, NS, SD_PATH, Cluster, Operator, created, eventually
 
@@ -52,24 +51,10 @@ class FakeVllmMetrics:
             for pos in range(length):
                 self.per_pos[pos].inc(count)
 
-    def serve(self) -> tuple[ThreadingHTTPServer, int]:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                owner.requests += 1
-                body = generate_latest(owner.registry)
-                self.send_response(200 if self.path == "/metrics" else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server, server.server_address[1]
+    def body(self) -> bytes:
+        """The /metrics text as vLLM's prometheus_client exposes it; counts the scrapes."""
+        self.requests += 1
+        return generate_latest(self.registry)
 
 
 @pytest.fixture
@@ -80,10 +65,8 @@ def fast_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def vllm_metrics() -> Iterator[tuple[FakeVllmMetrics, int]]:
     metrics = FakeVllmMetrics(k=3)
-    server, port = metrics.serve()
-    yield metrics, port
-    server.shutdown()
-    server.server_close()
+    with serve_metrics(metrics.body) as port:
+        yield metrics, port
 
 
 def _pod(sd_name: str, pod: str, port: int, ready: bool = True, ip: str | None = "127.0.0.1") -> dict[str, Any]:

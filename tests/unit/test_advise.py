@@ -8,10 +8,9 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+
+from tests.metrics_server import serve_metrics
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 NGRAM = FIXTURES / "vllm-0.32.0-ngram-k3.txt"  # greedy looping output: ngram accepts
@@ -59,26 +58,9 @@ def test_advise_flags_a_random_weight_draft_and_exits_1() -> None:
 
 
 def test_advise_reads_a_url() -> None:
-    body = NGRAM.read_bytes()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        from_url = run("--metrics", url, "-o", "json")
-        from_file = run("--metrics", str(NGRAM), "-o", "json")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_metrics(NGRAM.read_bytes) as port:
+        from_url = run("--metrics", f"http://127.0.0.1:{port}/metrics", "-o", "json")
+    from_file = run("--metrics", str(NGRAM), "-o", "json")
     assert from_url.returncode == 0, from_url.stderr
     assert json.loads(from_url.stdout) == json.loads(from_file.stdout)
 

@@ -95,6 +95,7 @@ def test_decide_moves_k_when_the_gain_is_at_least_5_percent_with_evidence() -> N
     assert decide_k(_analysis(AUTO_MIN_DRAFTS - 1), current_k=3, last_change_s=None, now_s=10_000) is None  # too few drafts
     assert decide_k(a, current_k=3, last_change_s=10_000 - MIN_INTERVAL_S + 1, now_s=10_000) is None  # within the hour
     assert decide_k(a, current_k=3, last_change_s=10_000 - MIN_INTERVAL_S, now_s=10_000) is not None
+    assert (AUTO_MIN_DRAFTS, MIN_INTERVAL_S) == (1000, 3600)  # the README's "1000 drafts ... at most once an hour"
 
 
 def test_decide_keeps_k_when_the_gain_is_below_5_percent() -> None:

@@ -32,6 +32,26 @@ QUANT = {"quant_method": "gptq", "bits": 4}
      "quantization_config.config_groups.g.weights.group_size"),
     ("text_config", [1], "text_config"),
     ("intermediate_size", [1, 2, 3], "intermediate_size"),
+    # Read by planning/kv_cache.py (linear-attention state, sparse-MLA indexer, per-layer kinds).
+    ("linear_attn_config", {"full_attn_layers": 7}, "linear_attn_config.full_attn_layers"),
+    ("linear_attn_config", {"full_attn_layers": "1,2"}, "linear_attn_config.full_attn_layers"),
+    ("linear_attn_config", {"full_attn_layers": [4], "short_conv_kernel_size": 0}, "linear_attn_config.short_conv_kernel_size"),
+    ("linear_num_value_heads", 2**63, "linear_num_value_heads"),
+    ("full_attention_interval", 0, "full_attention_interval"),
+    ("index_topk_freq", 0, "index_topk_freq"),
+    ("index_topk_pattern", 5, "index_topk_pattern"),
+    ("layer_types", "full_attention", "layer_types"),
+    ("layer_types", ["full_attention"] * 20_000, "layer_types"),
+    ("no_rope_layers", [1, "x"], "no_rope_layers"),
+    ("sliding_window", -4096, "sliding_window"),
+    ("mamba_ssm_dtype", 16, "mamba_ssm_dtype"),
+    ("num_attention_heads", 10**400, "num_attention_heads"),
+    ("architectures", ["x" * 100_000], "architectures"),
+    # RoPE parameters transformers' rope validation reads (it raised TypeError/len() of None).
+    ("rope_scaling", {"rope_type": "longrope", "factor": 2.0, "short_factor": "x", "long_factor": None}, "rope_scaling.short_factor"),
+    ("rope_scaling", {"rope_type": 5, "factor": 2.0}, "rope_scaling.rope_type"),
+    ("rope_scaling", {"rope_type": "yarn", "factor": 4.0, "beta_fast": "x"}, "rope_scaling.beta_fast"),
+    ("rope_parameters", {"full_attention": {"rope_type": "linear", "factor": 1e308}}, "rope_parameters.full_attention.factor"),
 ])
 def test_each_hostile_value_is_a_finding_naming_the_field(key: str, value: Any, field: str) -> None:
     raw = copy.deepcopy(QWEN3)
@@ -40,6 +60,7 @@ def test_each_hostile_value_is_a_finding_naming_the_field(key: str, value: Any, 
     assert geometry is None
     assert [f.field for f in findings] == [f"spec.target.config.{field}"]
     assert findings[0].code == "config-value-invalid"
+    assert len(findings[0].message) < 300  # a 5000-digit integer or a 100 kB string is quoted short
 
 
 def test_real_values_pass_including_gptq_per_channel_group_size() -> None:
@@ -47,6 +68,38 @@ def test_real_values_pass_including_gptq_per_channel_group_size() -> None:
     raw["quantization_config"] = {**QUANT, "group_size": -1}
     geometry, findings = read_geometry(raw, "spec.target.config", DEFAULT_FACTS)
     assert geometry is not None and not findings
+    assert geometry.weight_bits == 4.0  # per-channel: no per-group scales (it was 4 - 16 = -12 bits)
+    raw["quantization_config"] = {**QUANT, "group_size": None}
+    geometry, _ = read_geometry(raw, "spec.target.config", DEFAULT_FACTS)
+    assert geometry is not None and geometry.weight_bits == 4.0 + 16 / 128  # unset: GPTQ's default 128
+
+
+def test_every_value_the_kv_cache_rules_read_is_bounded() -> None:
+    """A key planning/kv_cache.py turns into a number, list or string must be in bounds.py, so a
+    new memory rule cannot read an unchecked value (int("x"), a modulo by 0, a 1e30-layer list)."""
+    import re
+    from pathlib import Path
+
+    from specdeploy.geometry.bounds import BOUNDED_KEYS
+
+    source = (Path(__file__).resolve().parents[2] / "operator" / "specdeploy" / "planning" / "kv_cache.py").read_text()
+    read = set(re.findall(r"_get\((?:text|config|model), \"(\w+)\"", source)) | set(re.findall(r"linear(?:\.get\(|\[)\"(\w+)\"", source))
+    assert len(read) > 15, read
+    assert read <= BOUNDED_KEYS, f"read by kv_cache.py but not bounded in geometry/bounds.py: {sorted(read - BOUNDED_KEYS)}"
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"num_hidden_layers": NaN}', "NaN"),
+    ('{"rope_theta": Infinity}', "Infinity"),
+    ('{"max_position_embeddings": 1e400}', "overflows"),
+    ('{"num_attention_heads": ' + "9" * 5000 + "}", "5000 digits"),
+    ("[1, 2]", "got array"),
+    ("null", "got null"),
+])
+def test_config_json_that_python_reads_but_json_does_not_is_refused_by_name(text: str, words: str) -> None:
+    with pytest.raises(SourceInvalid, match=words) as caught:
+        parse_config_text(text, "spec.target.configMapRef", "ConfigMap c key config.json")
+    assert caught.value.field == "spec.target.configMapRef" and "ConfigMap c key config.json" in caught.value.message
 
 
 def test_deep_nesting_and_size_are_refused_before_parsing_further() -> None:

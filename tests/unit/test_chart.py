@@ -139,6 +139,8 @@ def test_kube_version_below_the_minimum_is_refused(helm):
         ["--set", "replicas=0"],
         ["--set", "logFormat=xml"],
         ["--set", "metrics.serviceMonitor.interval=often"],
+        ["--set", "metrics.vllmPodMonitor.enabled=maybe"],
+        ["--set", "metrics.vllmPodMonitor.port=http"],
         ["--set", "watchNamespaces[0]=Not_A_Namespace"],
         ["--set", "image.pullPolicy=Sometimes"],
         ["--set", "image.digest=latest"],
@@ -515,3 +517,43 @@ def test_the_reconcile_time_budget_reaches_the_operator(helm, monkeypatch):
         env = {e["name"]: e.get("value") for e in _container(render(helm, None, *extra))["env"]}
         monkeypatch.setenv(BUDGET_ENV, env[BUDGET_ENV])
         assert reconcile_budget() == want
+
+
+# Fields of the Prometheus Operator's PodMonitor (monitoring.coreos.com/v1) the chart may set:
+# no schema for it is available offline, so the rendered object is held to these names.
+POD_MONITOR_SPEC = {"selector", "namespaceSelector", "podMetricsEndpoints", "jobLabel", "podTargetLabels", "sampleLimit"}
+POD_METRICS_ENDPOINT = {"port", "path", "interval", "scrapeTimeout", "scheme", "honorLabels", "relabelings"}
+
+
+def _vllm_pod_template(namespace: str) -> dict:
+    """The pod the operator renders for an example CR (the same code the operator runs)."""
+    from specdeploy.stream import plan_stream
+
+    text = (REPO_ROOT / "examples" / "llama-3.1-8b-eagle3.yaml").read_text()
+    (result,) = plan_stream(text, "example", namespace=namespace).results
+    (workload,) = [m for m in result.manifests if m["kind"] == "Deployment"]
+    return workload["spec"]["template"]
+
+
+@pytest.mark.parametrize("values", [None, CHART / "ci" / "namespaced-values.yaml"], ids=["cluster-wide", "namespaced"])
+def test_an_optional_pod_monitor_scrapes_the_vllm_pods_the_operator_renders(helm, values):
+    assert not by_kind(render(helm, values), "PodMonitor")  # off by default: the scrape annotations
+    objects = render(helm, values, "--set", "metrics.vllmPodMonitor.enabled=true", "--set", "metrics.vllmPodMonitor.interval=15s",
+                     "--set", "metrics.vllmPodMonitor.labels.release=prom")
+    (monitor,) = by_kind(objects, "PodMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["metadata"]["labels"]["release"] == "prom"
+    spec = monitor["spec"]
+    assert set(spec) <= POD_MONITOR_SPEC
+    (endpoint,) = spec["podMetricsEndpoints"]
+    assert set(endpoint) <= POD_METRICS_ENDPOINT and endpoint["interval"] == "15s" and endpoint["path"] == "/metrics"
+    watched = values_of(values).get("watchNamespaces")
+    assert spec["namespaceSelector"] == ({"matchNames": watched} if watched else {"any": True})
+    # It selects the vLLM pod the operator renders, and names the port that pod serves /metrics on.
+    pod = _vllm_pod_template(watched[0] if watched else "default")
+    assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    assert endpoint["port"] in {p["name"] for p in container["ports"]}
+    assert pod["metadata"]["annotations"]["prometheus.io/path"] == endpoint["path"]
+    # ... and not the operator's own pods (those are the ServiceMonitor's).
+    (operator,) = by_kind(objects, "Deployment")
+    assert not spec["selector"]["matchLabels"].items() <= operator["spec"]["template"]["metadata"]["labels"].items()

@@ -78,6 +78,7 @@ def test_refusals_name_the_field(capsys: pytest.CaptureFixture[str], name: str, 
     ("deep-nesting-5000", "nest"), ("deep-block-nesting", "deeper than"), ("alias-bomb", "alias"),
     ("duplicate-key", "duplicate key 'replicas'"), ("namespace-nan", "nan"), ("python-tag", "python/object"),
     ("invalid-utf8", "cannot read"), ("empty", "no SpeculativeDeployment"),
+    ("alias-recursive", "alias *spec refers to a node that contains it"), ("integer-5000-digits", "a number of 5000 characters"),
 ])
 def test_hostile_yaml_is_a_usage_error_saying_why(capsys: pytest.CaptureFixture[str], name: str, words: str) -> None:
     code, out, err = plan(capsys, BAD[[p.stem for p in BAD].index(name)], "-o", "json")
@@ -189,3 +190,62 @@ def test_each_stream_finding_code_is_reached(capsys: pytest.CaptureFixture[str],
     (result,) = json.loads(out)["results"]
     assert result["verdict"] == verdict and exit_code == (1 if verdict == "invalid" else 2)
     assert code in {f["code"] for f in result["findings"]}
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    ("/proc/self/mem", "cannot read /proc/self/mem"),  # a file that exists but cannot be read
+    ("a" * 300, "neither a path nor a Hub repo id"),  # too long for a file name, and for a repo id
+    ("a\x00b", "neither a path nor a Hub repo id"),  # a NUL byte
+    ("a/b/c", "neither a path nor a Hub repo id"),
+    ("/dev/null", "has no config.json"),
+])
+def test_a_model_that_is_no_readable_path_nor_a_repo_id_is_refused_by_name(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                          model: str, words: str) -> None:
+    path = tmp_path / "sd.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "x"},
+                                    "spec": {"target": {"model": model}, "draft": {"method": "ngram", "numSpeculativeTokens": 3}}}))
+    code, out, err = plan(capsys, path, "-o", "json")
+    findings = json.loads(out)["results"][0]["findings"]
+    assert code == 1, err
+    assert [f["field"] for f in findings] == ["spec.target.model"] and words in findings[0]["message"], findings
+
+
+def test_a_document_with_thousands_of_wrong_values_reports_the_first_and_a_count(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "sd.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "x"},
+                                    "spec": {"target": {"model": "a/b"}, "draft": {"method": "ngram"},
+                                             "scheduling": {"nodeSelector": {f"k{i}": i for i in range(5000)}}}}))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    findings = json.loads(out)["results"][0]["findings"]
+    assert code == 1 and len(findings) == 50
+    assert findings[0]["field"] == "spec.scheduling.nodeSelector.k0" and findings[-1]["message"].startswith("4951 more error(s) like these, not shown: at spec.scheduling.nodeSelector.k")
+
+
+@pytest.mark.parametrize(("part", "key", "field", "words"), [
+    ("target", "weightsGiB", "spec.target.weightsGiB", "less than or equal to 1048576"),
+    ("resources", "gpu", "spec.resources.gpu.memoryGiB", "less than or equal to 16384"),
+])
+def test_sizes_that_would_overflow_the_memory_arithmetic_are_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                     part: str, key: str, field: str, words: str) -> None:
+    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
+    doc["spec"][part][key] = {"product": "H100-80GB", "memoryGiB": 1e308} if key == "gpu" else 1e308
+    path = tmp_path / "sd.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    findings = json.loads(out)["results"][0]["findings"]
+    assert code == 1 and any(f["field"] == field and words in f["message"] for f in findings), findings
+
+
+def test_the_items_of_a_list_are_judged_as_kubectl_apply_applies_them(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`kubectl get -o yaml` prints a v1 List; its SpeculativeDeployments and ConfigMaps count."""
+    cr = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
+    config = cr["spec"]["target"].pop("config")
+    cr["spec"]["target"]["configMapRef"] = {"name": "qwen3-config"}
+    bad = {**cr, "metadata": {"name": "bad"}, "spec": {**cr["spec"], "replicas": "2"}}
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "qwen3-config"}, "data": {"config.json": json.dumps(config)}}
+    path = tmp_path / "list.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [cr, bad, configmap]}))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    results = {r["name"]: r for r in json.loads(out)["results"]}
+    assert code == 1 and results[cr["metadata"]["name"]]["verdict"] == "valid"
+    assert [f["field"] for f in results["bad"]["findings"]] == ["spec.replicas"]

@@ -125,3 +125,16 @@ def test_a_layout_that_does_not_fit_is_planned_false_not_validated_false() -> No
     assert evaluation.validated and not evaluation.ok and evaluation.plan is None
     stages = {f.code: f.stage.value for f in evaluation.findings if f.severity.value == "error"}
     assert stages == {"memory-does-not-fit": "plan"}
+
+
+def test_an_explicit_pipeline_size_no_layout_can_hold_is_a_finding_not_a_silent_refusal() -> None:
+    from specdeploy.api.spec import SpeculativeDeploymentSpec
+    from specdeploy.pipeline import ModelInputs, evaluate
+    from tests.conftest import load_config
+
+    spec = SpeculativeDeploymentSpec.model_validate({"target": {"model": "Qwen/Qwen3-8B"}, "draft": {"method": "ngram", "numSpeculativeTokens": 3},
+                                                     "parallelism": {"pipelineParallelSize": 2**63}})
+    evaluation = evaluate(spec, ModelInputs(load_config("Qwen__Qwen3-8B")), None)
+    errors = [f for f in evaluation.findings if f.severity.value == "error"]
+    assert not evaluation.ok and [(f.code, f.field) for f in errors] == [("no-layout", "spec.parallelism.pipelineParallelSize")]
+    assert "128 GPUs (8 per node x 16 nodes)" in errors[0].message

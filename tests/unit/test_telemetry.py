@@ -99,7 +99,9 @@ def test_draft_cost_from_the_plan() -> None:
     assert cost == pytest.approx(0.79 / 14.96)
     assert "0.79/14.96" in source
     assert draft_cost("ngram", plan)[0] == 0.0
-    assert draft_cost("eagle3", {"memory": None}) == (DEFAULT_DRAFT_COST, draft_cost("eagle3", None)[1])
+    # No memory estimate: the assumed c = 0.1 the README states, said so in the source.
+    assert draft_cost("eagle3", {"memory": None}) == (0.1, draft_cost("eagle3", None)[1]) == (DEFAULT_DRAFT_COST, draft_cost("eagle3", None)[1])
+    assert "assumed" in draft_cost("eagle3", None)[1]
 
 
 def test_status_is_rounded_and_shaped_by_the_api_model() -> None:

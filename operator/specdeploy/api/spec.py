@@ -28,6 +28,10 @@ Method = Literal[
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 
 MAX_NUM_SPECULATIVE_TOKENS = 64
+# Far above any checkpoint (the largest are a few TB) or GPU (B300: 288 GB), far below what
+# overflows the memory arithmetic (1e308 GiB in bytes is infinity).
+MAX_WEIGHTS_GIB = 2**20  # 1 PiB
+MAX_GPU_MEMORY_GIB = 2**14  # 16 TiB
 
 # Value rules the CRD states in CEL (api/crd.py builds its rules from these same patterns), restated
 # here so `specdeploy plan` and the webhook refuse what the API server would.
@@ -102,7 +106,7 @@ class ModelSource(SpecModel):
     trust_remote_code: bool = Field(False, description="Pass --trust-remote-code to vLLM (needed by models that ship their own code, e.g. Kimi-K3).")
     config: dict[str, Any] | None = Field(None, description="The model's config.json inline, for clusters where the operator cannot reach the Hub.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     config_map_ref: ConfigMapRef | None = Field(None, description="Read config.json from this ConfigMap instead of the Hub.")
-    weights_gi_b: float | None = Field(None, alias="weightsGiB", gt=0, description="Total weight size in GiB; overrides the size read from the Hub's safetensors index or estimated from the config.")
+    weights_gi_b: float | None = Field(None, alias="weightsGiB", gt=0, le=MAX_WEIGHTS_GIB, description="Total weight size in GiB; overrides the size read from the Hub's safetensors index or estimated from the config.")
 
     @model_validator(mode="after")
     def _one_config_source(self) -> "ModelSource":
@@ -124,7 +128,7 @@ class DraftSpec(SpecModel):
     trust_remote_code: bool = Field(False, description="Whether the draft's config needs remote code to parse (vLLM inherits the target's setting).")
     config: dict[str, Any] | None = Field(None, description="The draft's config.json inline.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     config_map_ref: ConfigMapRef | None = Field(None, description="Read the draft's config.json from this ConfigMap.")
-    weights_gi_b: float | None = Field(None, alias="weightsGiB", gt=0, description="Draft weight size in GiB, overriding the estimate.")
+    weights_gi_b: float | None = Field(None, alias="weightsGiB", gt=0, le=MAX_WEIGHTS_GIB, description="Draft weight size in GiB, overriding the estimate.")
     num_speculative_tokens: IntOrAuto | None = Field(None, description="Tokens proposed per step (k), 1-64. Default: the draft config's block_size (dspark) or n_predict; required otherwise. auto: start from that default (or 3) and move to the k the goodput model recommends from the measured acceptance (status.speculation), at most once an hour, through a normal rollout.")
     tensor_parallel_size: IntOrAuto = Field("auto", description="Draft tensor parallel size: auto, 1, or equal to the target's. auto picks the target's when the draft's heads divide it, else 1.")
     speculative_config: dict[str, Any] = Field(default_factory=dict, description="Further vLLM SpeculativeConfig keys passed through (e.g. attention_backend, draft_sample_method). Keys the operator owns are refused.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
@@ -159,7 +163,7 @@ class DraftSpec(SpecModel):
 
 class GpuSpec(SpecModel):
     product: str | None = Field(None, description="GPU product from the catalog, e.g. H100-80GB, H200-141GB, B200-180GB, MI300X-192GB (case-insensitive; the bare name is an alias where unambiguous).", max_length=64)
-    memory_gi_b: float | None = Field(None, alias="memoryGiB", gt=0, description="GPU memory in GiB, for a GPU not in the catalog (overrides the product's).")
+    memory_gi_b: float | None = Field(None, alias="memoryGiB", gt=0, le=MAX_GPU_MEMORY_GIB, description="GPU memory in GiB, for a GPU not in the catalog (overrides the product's).")
     per_node: int = Field(8, ge=1, le=64, description="GPUs per node; tensor parallelism is kept inside a node where possible.")
     resource_name: ResourceName | None = Field(None, description="Extended resource requested per pod. Default: the product's vendor's (nvidia.com/gpu, amd.com/gpu); nvidia.com/gpu when no product is named.", max_length=253)
 

@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from typing import Any
 
 import yaml
 
 # Deeper than any SpeculativeDeployment needs (inline config.json files nest < 10 levels).
 MAX_DEPTH = 64
-# Per document, aliases expanded; a large inline config is a few thousand nodes.
-MAX_NODES = 200_000
+# Per document, aliases expanded; a large inline config is a few thousand nodes (Kimi-K3's
+# whole CR: ~1,500). Parsing 100k takes ~1 s: the bound keeps any document well inside 10 s.
+MAX_NODES = 100_000
 MAX_BYTES = 8 * 1024 * 1024
+# Python refuses to convert integers over 4300 digits (a ValueError naming no line).
+MAX_NUMBER_CHARS = 100
+_NUMBER_RE = re.compile(r"^[-+]?(0b[01_]+|0x[0-9a-fA-F_]+|[0-9][0-9_]*(:[0-5]?[0-9])*)$")  # YAML 1.1 integers
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -87,18 +92,25 @@ def _check_events(text: str, source: str) -> None:
                 anchors[frame.anchor] = frame.size
             add(frame.size, None, event)
         elif isinstance(event, yaml.ScalarEvent):
+            if event.implicit[0] and len(event.value) > MAX_NUMBER_CHARS and _NUMBER_RE.match(event.value):
+                raise StreamError(f"{_where(event, source)}: a number of {len(event.value)} characters; no field takes one "
+                                  "that long (quote it if it is text)")
             if event.anchor:
                 anchors[event.anchor] = 1
             document_nodes += 1
             add(1, event.value, event)
         elif isinstance(event, yaml.AliasEvent):
+            if any(frame.anchor == event.anchor for frame in stack):
+                raise StreamError(f"{_where(event, source)}: alias *{event.anchor} refers to a node that contains it "
+                                  "(a recursive structure, which JSON cannot hold)")
             size = anchors.get(event.anchor, 1)
             document_nodes += size
             add(size, None, event)
         else:
             continue
         if document_nodes > MAX_NODES:
-            raise StreamError(f"{_where(event, source)}: more than {MAX_NODES} values once aliases are expanded (an alias bomb?)")
+            why = "once aliases are expanded (an alias bomb?)" if anchors else "in one document (a SpeculativeDeployment has a few thousand)"
+            raise StreamError(f"{_where(event, source)}: more than {MAX_NODES} values {why}")
 
 
 def _json_safe(value: Any, path: str, source: str) -> None:

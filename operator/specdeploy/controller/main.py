@@ -25,7 +25,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
-from specdeploy.controller import leader, telemetry, webhook
+from specdeploy.controller import LOG_FORMATS, leader, telemetry, webhook
 from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration, request_timeout
 from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
@@ -251,8 +251,8 @@ async def heal_pod_disruption_budget(body: kopf.Body, type: str | None, memo: ko
 def configure_logging(log_format: str) -> None:
     """INFO by default (what was created, patched, put back, pruned), through kopf's own log
     configuration; "json": one JSON object per line, with the object's namespace and name."""
-    if log_format not in ("text", "json"):
-        raise ValueError(f"log format {log_format!r}: use text or json")
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log format {log_format!r}: use {' or '.join(LOG_FORMATS)}")
     kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL)
     objects = logging.getLogger("kopf.objects")
     if not any(isinstance(f, _QuietWatchHandlers) for f in objects.filters):

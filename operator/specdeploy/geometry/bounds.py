@@ -11,11 +11,12 @@ limits; it would fail later and less clearly (out of memory, or a ZeroDivisionEr
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 from specdeploy.geometry.context_length import LENGTH_KEYS
-from specdeploy.findings import Finding, Stage, error
+from specdeploy.findings import Finding, Stage, error, json_type
 
 CODE = "config-value-invalid"
 
@@ -40,15 +41,53 @@ _INTS: dict[str, tuple[int, int]] = {
                                 "n_shared_experts")},
     **{k: (0, 4096) for k in ("n_predict", "block_size", "dspark_block_size")},
     **{k: (1, 64) for k in ("bits", "w_bit", "num_bits")},
+    # Linear-attention (state) layers and the sparse-MLA indexer, read by planning/kv_cache.py.
+    **{k: (0, _HEADS) for k in ("linear_num_key_heads", "linear_num_value_heads", "index_n_heads")},
+    **{k: (0, _WIDTH) for k in ("linear_key_head_dim", "linear_value_head_dim", "index_head_dim")},
+    **{k: (1, 4096) for k in ("linear_conv_kernel_dim", "short_conv_kernel_size")},  # kernel - 1 + k state columns
+    **{k: (1, _LAYERS) for k in ("full_attention_interval", "index_topk_freq")},  # divisors
+    "index_skip_topk_offset": (0, _LAYERS),
+    **{k: (0, int(_POSITIONS)) for k in ("index_topk", "attention_chunk_size")},
 }
+# Keys whose value is a list of integers: (lowest, highest) per item and the longest list.
+_INT_LISTS: dict[str, tuple[int, int, int]] = {
+    "full_attn_layers": (1, _LAYERS, _LAYERS),  # 1-based layer numbers (Kimi Linear / K3)
+    "no_rope_layers": (0, 1, _LAYERS),  # Llama 4: 0 marks a NoPE (global) layer
+    "target_layer_ids": (-_LAYERS, _LAYERS, _LAYERS),  # EAGLE3 / DFlash / DSpark hidden-state taps
+}
+# Keys whose value is a list of strings (layer_types: one per layer).
+_STRING_LISTS: dict[str, int] = {"layer_types": _LAYERS}
+# An int where the key may also be a list of ints (per-layer expert counts).
+_INT_OR_LIST = ("num_experts_per_tok", "num_experts")
+_MAX_STRING = 4096
 # Numbers that may be floats; only finiteness and the upper bound matter.
 _NUMBERS: dict[str, float] = {**{k: float(_POSITIONS) for k in LENGTH_KEYS}, "original_max_position_embeddings": float(_POSITIONS)}
 _RoPE_KEYS = ("rope_scaling", "rope_parameters")
+# Dicts whose keys are RoPE parameters: the scaling itself, or one per layer type (Gemma 3).
+_ROPE_PARENTS = _RoPE_KEYS + ("full_attention", "sliding_attention", "chunked_attention", "linear_attention", "attention")
+_ROPE_NUMBERS = ("attention_factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor", "mscale", "mscale_all_dim",
+                 "rope_theta", "partial_rotary_factor")
 _MAX_ROPE_FACTOR = 1e4
 _DICTS = ("text_config", "llm_config", "rope_scaling", "rope_parameters", "quantization_config", "compression_config",
           "linear_attn_config", "attn_config", "mtp_config", "speculators_config", "transformer_layer_config")
-_STRINGS = ("model_type", "torch_dtype", "dtype", "quant_method")
+_STRINGS = ("model_type", "torch_dtype", "dtype", "quant_method", "mamba_ssm_dtype", "speculators_model_type")
+# One letter per layer ("F" full, "S" shared top-k: DeepSeek-V3.2 IndexCache).
+_PATTERNS = ("index_topk_pattern",)
 _MAX_ARCHITECTURES = 64
+
+
+_NONE = object()
+
+
+def _show(value: Any) -> str:
+    """A value as a message quotes it: JSON spelling, cut short (a 5000-digit integer too)."""
+    if _is_int(value) and abs(value) >= 10**40:
+        return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4000'} digits"
+    try:
+        text = json.dumps(value, allow_nan=True, ensure_ascii=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is_int(value: Any) -> bool:
@@ -68,33 +107,75 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
     if key in _INTS:
         low, high = _INTS[key]
         # Lists only where the geometry reads a list (per-layer expert counts).
-        items = value if isinstance(value, list) and key in ("num_experts_per_tok", "num_experts") else [value]
-        for item in items:
+        is_list = isinstance(value, list) and key in _INT_OR_LIST
+        if is_list and len(value) > _LAYERS:
+            return f"{where} lists {len(value)} values; a model has at most {_LAYERS} layers"
+        for item in value if is_list else [value]:
             if not _is_int(item):
-                return f"{where} must be an integer (got {type(item).__name__} {str(item)[:40]})"
+                return f"{where} must be an integer (got {json_type(item)} {_show(item)})"
             if not low <= item <= high:
-                return f"{where} is {item}; a model config has {low}..{high}"
+                return f"{where} is {_show(item)}; a model config has {low}..{high}"
+        return None
+    if key in _INT_LISTS:
+        low, high, longest = _INT_LISTS[key]
+        if not isinstance(value, list) or len(value) > longest:
+            return f"{where} must be a list of at most {longest} integers (got {json_type(value)} {_show(value)})"
+        bad = next((item for item in value if not _is_int(item) or not low <= item <= high), _NONE)
+        if bad is not _NONE:
+            return f"{where} holds {json_type(bad)} {_show(bad)}; each item is an integer in {low}..{high}"
+        return None
+    if key in _STRING_LISTS:
+        longest = _STRING_LISTS[key]
+        if not isinstance(value, list) or len(value) > longest or not all(isinstance(i, str) and len(i) <= 64 for i in value):
+            return f"{where} must be a list of at most {longest} layer type names, e.g. [\"full_attention\", \"sliding_attention\"]"
+        return None
+    if key in _PATTERNS:
+        if not isinstance(value, str) or len(value) > _LAYERS:
+            return f"{where} must be a string of at most {_LAYERS} letters, one per layer (got {json_type(value)} {_show(value)})"
+        return None
+    if key == "sliding_window":  # some configs say `false` for "none"
+        if not (isinstance(value, bool) or _is_int(value) and 0 <= value <= _POSITIONS):
+            return f"{where} is {_show(value)}; a sliding window is a token count in 0..{_POSITIONS} (or null)"
         return None
     if key == "group_size":
         if not _is_int(value) or not (value == -1 or 1 <= value <= _WIDTH):
-            return f"{where} is {str(value)[:40]}; a quantization group size is a positive integer, or -1 for per-channel"
+            return f"{where} is {_show(value)}; a quantization group size is a positive integer, or -1 for per-channel"
         return None
     if key in _NUMBERS:
         if not _is_number(value) or value > _NUMBERS[key]:
-            return f"{where} is {str(value)[:40]}; a context length is a finite number up to {int(_NUMBERS[key])}"
+            return f"{where} is {_show(value)}; a context length is a finite number up to {int(_NUMBERS[key])}"
         return None
-    if key == "factor" and parent in _RoPE_KEYS + ("full_attention", "sliding_attention"):
-        if not _is_number(value) or not 0 < value <= _MAX_ROPE_FACTOR:
-            return f"{where} is {str(value)[:40]}; a RoPE scaling factor is a number in (0, {_MAX_ROPE_FACTOR:g}]"
-        return None
+    if parent in _ROPE_PARENTS:
+        return _check_rope(key, value, where)
     if key == "architectures":
-        if not isinstance(value, list) or not all(isinstance(a, str) for a in value) or len(value) > _MAX_ARCHITECTURES:
+        if not isinstance(value, list) or len(value) > _MAX_ARCHITECTURES or not all(isinstance(a, str) and 0 < len(a) <= 256 for a in value):
             return f"{where} must be a list of architecture names (strings), e.g. [\"LlamaForCausalLM\"]"
         return None
-    if key in _STRINGS and not isinstance(value, str):
-        return f"{where} must be a string (got {type(value).__name__})"
+    if key in _STRINGS and (not isinstance(value, str) or len(value) > 256):
+        return f"{where} must be a string of at most 256 characters (got {json_type(value)} {_show(value)})"
     if key in _DICTS and not isinstance(value, dict):
-        return f"{where} must be an object (got {type(value).__name__})"
+        return f"{where} must be an object (got {json_type(value)})"
+    return None
+
+
+def _check_rope(key: str, value: Any, where: str) -> str | None:
+    """The RoPE parameters transformers' rope validation reads (modeling_rope_utils.py) and
+    vLLM's context-length derivation multiplies by."""
+    if key == "factor":
+        if not _is_number(value) or not 0 < value <= _MAX_ROPE_FACTOR:
+            return f"{where} is {_show(value)}; a RoPE scaling factor is a number in (0, {_MAX_ROPE_FACTOR:g}]"
+    elif key in ("rope_type", "type"):
+        if not isinstance(value, str) or len(value) > 64:
+            return f"{where} must be a RoPE type name such as \"linear\", \"yarn\" or \"llama3\" (got {json_type(value)} {_show(value)})"
+    elif key in _ROPE_NUMBERS:
+        if not _is_number(value) or abs(value) > _POSITIONS:
+            return f"{where} is {_show(value)}; it must be a finite number"
+    elif key in ("short_factor", "long_factor"):
+        if not isinstance(value, list) or len(value) > _WIDTH or not all(_is_number(v) for v in value):
+            return f"{where} must be a list of numbers, one per rotary dimension (got {json_type(value)} {_show(value)})"
+    elif key == "mrope_section":
+        if not isinstance(value, list) or len(value) > 64 or not all(_is_int(v) and 0 <= v <= _WIDTH for v in value):
+            return f"{where} must be a list of non-negative integers (got {json_type(value)} {_show(value)})"
     return None
 
 
@@ -116,3 +197,8 @@ def config_bound_findings(raw: dict[str, Any], field_prefix: str) -> list[Findin
             elif isinstance(value, list):
                 stack.extend((item, f"{where}[{i}]", key) for i, item in enumerate(value[:256]) if isinstance(item, dict))
     return findings
+
+
+# Every key this module bounds, for the test that keeps it in step with what the rules read.
+BOUNDED_KEYS = frozenset(_INTS) | frozenset(_INT_LISTS) | frozenset(_STRING_LISTS) | frozenset(_NUMBERS) | frozenset(
+    _DICTS) | frozenset(_STRINGS) | frozenset(_PATTERNS) | {"group_size", "factor", "architectures", "sliding_window"}

@@ -142,17 +142,19 @@ def _weight_bits(quant: dict[str, Any] | None) -> tuple[str | None, float | None
     bits = quant.get("bits") or quant.get("w_bit")
     groups = quant.get("config_groups") or {}
     for group in groups.values() if isinstance(groups, dict) else ():
-        weights = group.get("weights") or {}
-        bits = weights.get("num_bits", bits)
+        weights = group.get("weights") if isinstance(group, dict) else None
+        weights = weights if isinstance(weights, dict) else {}
+        bits = weights.get("num_bits") or bits
         group_size = weights.get("group_size")
-        if bits and group_size:
+        if bits and group_size and group_size > 0:  # bounds.py checked both; -1 is per-channel
             return method, float(bits) + 8.0 / float(group_size)  # one 8-bit scale per group
     if method == "mxfp4" or "mxfp4" in fmt:
         return method, 4.25
     if method in {"fp8", "fbgemm_fp8", "modelopt"} or "fp8" in fmt:
         return method, 8.0
     if bits:
-        return method, float(bits) + (16.0 / float(quant.get("group_size", 128)))
+        group_size = quant.get("group_size") or 128
+        return method, float(bits) + (16.0 / float(group_size) if group_size > 0 else 0.0)  # -1: per-channel
     return method, None
 
 

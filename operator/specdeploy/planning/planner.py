@@ -24,7 +24,7 @@ from specdeploy.planning.memory import (
 )
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
 from specdeploy.validation.load import built_draft_tp, check_load_layout
-from specdeploy.validation.rules import DRAFT_TP_FIELD, check_layout, check_model_tp
+from specdeploy.validation.rules import DRAFT_TP_FIELD, PP_FIELD, check_layout, check_model_tp
 from specdeploy.vllm import VllmFacts
 from specdeploy.validation.speculative_tokens import draft_n_predict
 from specdeploy.vllm.drafts import DRAFT_AT_TARGET_TP_METHODS, NO_PIPELINE_PARALLEL
@@ -260,7 +260,14 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
             chosen = layout
             break
     if chosen is None:
-        if len(candidates) > 1:
+        if not candidates:  # e.g. an explicit PP that no TP the heads allow keeps within the GPUs a replica may span
+            per_node = spec.resources.gpu.per_node
+            findings.append(error("no-layout", PP_FIELD if spec.parallelism.pipeline_parallel_size != "auto" else "spec.parallelism",
+                                  f"no layout to try: tensorParallelSize {spec.parallelism.tensor_parallel_size} x pipelineParallelSize "
+                                  f"{spec.parallelism.pipeline_parallel_size} leaves no TP that divides the {target.num_attention_heads} "
+                                  f"attention heads within {per_node * MAX_NODES_PER_REPLICA} GPUs ({per_node} per node x "
+                                  f"{MAX_NODES_PER_REPLICA} nodes); give both sizes to go beyond that", Stage.PLAN))
+        elif len(candidates) > 1:
             findings.append(error("no-layout", "spec.parallelism",
                                   f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6]),
                                   Stage.PLAN))

@@ -45,6 +45,7 @@ def _mapped(repo_id: str, filename: str, revision: str | None, field: str, read:
     from huggingface_hub.errors import (
         EntryNotFoundError,
         GatedRepoError,
+        HFValidationError,
         HfHubHTTPError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
@@ -53,6 +54,9 @@ def _mapped(repo_id: str, filename: str, revision: str | None, field: str, read:
 
     try:
         return read()
+    except HFValidationError as exc:  # huggingface_hub checks the id before any request
+        raise SourceInvalid(field, f"{repo_id[:120]!r} is neither a path nor a Hub repo id ('name' or 'org/name': letters, digits, "
+                                   "'-', '_' and '.', at most 96 characters, not starting or ending with '-' or '.')") from exc
     except LocalEntryNotFoundError as exc:  # subclass of EntryNotFoundError: test it first
         raise SourceUnavailable(field, f"the Hub is unreachable for {repo_id} and nothing is cached: {exc}") from exc
     except EntryNotFoundError:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specdeploy.findings import json_type
 from specdeploy.sources.errors import SourceInvalid
 
 # A real config.json is a few KiB, 4 levels deep; a safetensors index can reach ~10 MiB.
@@ -32,7 +33,7 @@ def nesting_depth(value: Any, limit: int = MAX_CONFIG_DEPTH) -> int:
 def check_config_shape(data: Any, field: str, origin: str) -> dict[str, Any]:
     """A JSON object no deeper than MAX_CONFIG_DEPTH (inline configs are checked the same way)."""
     if not isinstance(data, dict):
-        raise SourceInvalid(field, f"{origin} must hold a JSON object, got {type(data).__name__}")
+        raise SourceInvalid(field, f"{origin} must hold a JSON object, got {json_type(data)}")
     if nesting_depth(data) > MAX_CONFIG_DEPTH:
         raise SourceInvalid(field, f"{origin} nests deeper than {MAX_CONFIG_DEPTH} levels; a model config is a few levels deep")
     return data
@@ -42,12 +43,37 @@ def parse_config_text(text: str, field: str, origin: str) -> dict[str, Any]:
     if len(text) > MAX_CONFIG_BYTES:
         raise SourceInvalid(field, f"{origin} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
         raise SourceInvalid(field, f"{origin} is not valid JSON: {exc}") from exc
+    except _NotJson as exc:
+        raise SourceInvalid(field, f"{origin} {exc}") from exc
     except RecursionError as exc:
         raise SourceInvalid(field, f"{origin} nests deeper than {MAX_CONFIG_DEPTH} levels") from exc
     return check_config_shape(data, field, origin)
+
+
+class _NotJson(ValueError):
+    """A value Python's json module takes but JSON (and so the API server) does not."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJson(f"holds {name}, which is not JSON (and no model config value)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NotJson(f"holds the number {text[:40]}, which overflows a double")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    # Python refuses to parse integers over 4300 digits (a ValueError that names nothing);
+    # no config value needs more than a few dozen.
+    if len(text) > 100:
+        raise _NotJson(f"holds an integer of {len(text)} digits; a model config's integers are far smaller")
+    return int(text)
 
 
 def weight_bytes_from_index(index: dict[str, Any]) -> int | None:
@@ -62,9 +88,14 @@ def read_local(path: Path, field: str) -> tuple[dict[str, Any], int | None]:
     config_path = path / "config.json" if path.is_dir() else path
     if not config_path.is_file():
         raise SourceInvalid(field, f"{path} has no config.json")
-    if config_path.stat().st_size > MAX_CONFIG_BYTES:
-        raise SourceInvalid(field, f"{config_path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
-    config = parse_config_text(config_path.read_text(errors="replace"), field, str(config_path))
+    try:
+        if config_path.stat().st_size > MAX_CONFIG_BYTES:
+            raise SourceInvalid(field, f"{config_path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+        with config_path.open("rb") as handle:  # bounded: /proc files report size 0
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise SourceInvalid(field, f"cannot read {config_path}: {exc.strerror or exc}") from exc
+    config = parse_config_text(data.decode("utf-8", errors="replace"), field, str(config_path))
     index_path = config_path.parent / "model.safetensors.index.json"
     weights = None
     if index_path.is_file():

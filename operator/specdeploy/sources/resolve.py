@@ -20,13 +20,21 @@ def load_model_ref(ref: str, *, revision: str | None = None, token: str | None =
                    local_only: bool = False) -> ModelInputs:
     """A config.json file, a directory holding one, or a Hub repo id (the CLI's T and D)."""
     path = Path(ref)
-    if path.exists():
+    if path_exists(path):
         config, weights = read_local(path, field)
         return ModelInputs(config=config, weight_bytes=weights, origin=str(path))
     if ref.endswith(".json") or ref.startswith((".", "/")):
         raise SourceInvalid(field, f"{ref} does not exist")
     config, weights = read_hub(ref, revision, token, field, local_only=local_only)
     return ModelInputs(config=config, weight_bytes=weights, origin=f"hub:{ref}")
+
+
+def path_exists(path: Path) -> bool:
+    """Path.exists, which raises for a name too long or a NUL byte: such a path exists nowhere."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str | None = None,
