@@ -5,8 +5,9 @@ vLLM's side is `memory_judge.MemoryJudge` (its model classes on the meta device,
 handed the three CPU facts the judge reads from vLLM's config (block size, tokens in
 flight, Mamba cache mode) instead of the GPU defaults. A row is comparable when vLLM
 builds the model; where vLLM's config check accepts a case and its build fails, our
-`evaluate` must refuse it with a `load` finding. Results: docs/memory-parity-<version>.md.
-About 2-4 minutes on 2 cores."""
+`evaluate` must refuse it with a `load` finding. Runs under each supported release (its venv's
+vLLM judges; our plan uses that release's rule set). Results: docs/memory-parity-<version>.md.
+About 4 minutes per release on 2 shared cores (the full grid under 0.32.0 and 0.33.0)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ FACTS = rule_set(vllm.__version__)
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "fixtures" / "model-configs"
 SYNTHETIC = ROOT / "tests" / "fixtures" / "synthetic"
-# Real configs of families the config-parity grid lacks (Gemma-3's sliding-window pattern,
+# Real configs of families the config-parity grid lacks (Gemma-2 and Gemma-3 sliding patterns,
 # Mistral's model-wide window, Qwen2's use_sliding_window=false): memory only, SOURCES.md.
 HELD_OUT = REAL / "held-out"
 DOC = ROOT / "docs" / f"memory-parity-{vllm.__version__}.md"
