@@ -123,6 +123,30 @@ def _write(config: dict[str, Any], root: Path, name: str) -> str:
     return str(directory)
 
 
+def _need_and_check(config: Any, specs: dict[str, Any]) -> tuple[int, Any]:
+    """vLLM's need for one max_model_len request (null block included) and its own check.
+
+    0.32 keeps grouping and the check in `v1/core/kv_cache_utils.py`; 0.33 moves them to
+    `v1/core/kv_cache_planning.py` behind a `KVCacheConfigBuilder` and groups the layers once,
+    before the check (`v1/engine/core.py`: `get_global_kv_cache_groups`, then
+    `get_kv_cache_configs(..., global_kv_cache_groups)`)."""
+    try:
+        from vllm.v1.core import kv_cache_planning as planning
+        from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
+    except ImportError:
+        from vllm.v1.core import kv_cache_utils
+
+        groups = kv_cache_utils.get_kv_cache_groups(config, dict(specs))
+        need = (kv_cache_utils._max_memory_usage_bytes_from_groups(config, groups)
+                + kv_cache_utils._pool_bytes_per_block(config, groups))
+        return need, lambda available: kv_cache_utils.get_kv_cache_configs(config, [specs], [available])
+    groups = planning.get_global_kv_cache_groups(config, [specs])
+    builder = get_kv_cache_config_builder(config)
+    need = (planning._max_memory_usage_bytes_from_groups(builder, config, groups)
+            + planning._pool_bytes_per_block_from_builder(builder, config, groups))
+    return need, lambda available: planning.get_kv_cache_configs(config, [specs], [available], groups)
+
+
 class MemoryJudge:
     """One process-wide set of stand-ins; one temporary directory per judged case."""
 
@@ -259,7 +283,6 @@ class MemoryJudge:
         from vllm.config import set_current_vllm_config
         from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
         from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
-        from vllm.v1.core import kv_cache_utils
 
         counts: dict[str, int] = {}
         for spec in specs.values():
@@ -273,12 +296,10 @@ class MemoryJudge:
             with set_current_vllm_config(config):
                 layouts = [layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(config))]
                 resolve_kv_cache_layout(config, [layouts], list(specs.values()))
-                groups = kv_cache_utils.get_kv_cache_groups(config, dict(specs))
-                need = (kv_cache_utils._max_memory_usage_bytes_from_groups(config, groups)
-                        + kv_cache_utils._pool_bytes_per_block(config, groups))
-                kv_cache_utils.get_kv_cache_configs(config, [specs], [need])
+                need, configs = _need_and_check(config, specs)
+                configs(need)
                 try:
-                    kv_cache_utils.get_kv_cache_configs(config, [specs], [need - 1])
+                    configs(need - 1)
                 except ValueError as exc:
                     if "KV cache is needed" not in str(exc):
                         raise

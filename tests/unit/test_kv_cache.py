@@ -141,3 +141,21 @@ def test_chunked_layers_are_allocated_as_full_attention_beside_an_eagle_drafter(
     with_eagle = layer_caches("eagle3", target, draft, 2, 2, 1, "auto", 3)
     assert {c.kind for c in alone} == {"full", "chunked_local"}
     assert {c.kind for c in with_eagle} == {"full"} and sum(c.layers for c in with_eagle) == 49
+
+
+def test_a_model_wide_sliding_window_without_layer_types_makes_every_layer_sliding() -> None:
+    # Mistral-7B-v0.1: vLLM 0.32/0.33 build 32 SlidingWindowSpec layers (docs/memory-parity-*.md).
+    caches = model_layer_caches(geometry("mistralai__Mistral-7B-v0.1"), 1, 1, "auto")
+    assert kinds(caches) == {"sliding_window": (32, 8 * 256 * 2)}
+    need = cache_need(caches, max_model_len=L, block_size=128, in_flight_tokens=2048)
+    blocks = -(-(4096 - 1 + 2048) // 128) + 1  # 49, not the 256 of max_model_len
+    assert need.bytes == (blocks + 1) * 32 * 128 * 4096 == 838_860_800
+
+
+def test_qwen2_use_sliding_window_false_and_gemma3_pattern_follow_transformers_layer_types() -> None:
+    # DeepSeek-R1-Distill-Qwen-7B names sliding_window 4096 with use_sliding_window false: full.
+    assert kinds(model_layer_caches(geometry("deepseek-ai__DeepSeek-R1-Distill-Qwen-7B"), 1, 1, "auto")) == {"full": (28, 4 * 256 * 2)}
+    # gemma-3-1b: sliding_window_pattern 6 -> 22 sliding layers of 512, 4 global; one KV head of 256.
+    caches = model_layer_caches(geometry("google__gemma-3-1b-it"), 4, 1, "auto")
+    assert kinds(caches) == {"sliding_window": (22, 1024), "full": (4, 1024)}
+    assert {c.window for c in caches} == {512, 0}

@@ -153,6 +153,14 @@ def _layer_kinds(text: Any, layers: int) -> list[str]:
     chunk, no_rope = _get(text, "attention_chunk_size"), _get(text, "no_rope_layers")
     if chunk and isinstance(no_rope, list):  # llama4.py: NoPE layers are global, RoPE layers chunked
         return [FULL if i < len(no_rope) and no_rope[i] == 0 else CHUNKED for i in range(layers)]
+    if int(_get(text, "sliding_window", 0) or 0) > 0 and _get(text, "use_sliding_window", True) is not False:
+        # Mistral-7B-v0.1 / Phi-3 style: a model-wide window and no layer_types. Every layer's
+        # Attention takes cache_config.sliding_window (= ModelConfig.get_sliding_window(), the
+        # text config's `sliding_window`; 0 means none) when the model file passes no
+        # per-layer window (model_executor/layers/attention/attention.py, config/model.py).
+        # transformers' config classes already turn `sliding_window_pattern` (Gemma-3, Cohere2)
+        # and Qwen2's `use_sliding_window`/`max_window_layers` into layer_types or None.
+        return [SLIDING] * layers
     return [FULL] * layers
 
 
