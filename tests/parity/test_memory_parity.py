@@ -48,6 +48,7 @@ DOC = ROOT / "docs" / f"memory-parity-{vllm.__version__}.md"
 TPS = (1, 2, 4, 8)
 MAX_LEN_CAP = 32768
 K = 3
+CPU_BLOCK_SIZE = 128
 DRAFT_PREFIXES = ("specforge__", "SafeAILab__")
 # Synthetic targets with the layer layout of published configs the fixtures lack (Qwen3-Next's
 # GatedDeltaNet without layer_types): tests/fixtures/synthetic/README.md.
@@ -148,8 +149,16 @@ def our_need(case: Case, verdict: MemoryVerdict) -> int:
     k = K if case.method else 0
     caches = layer_caches(case.method or "ngram", target, draft, case.tp, case.tp, 1, "auto", k,
                           verdict.mamba_ssm_cache_dtype)
-    # The block size before vLLM's hybrid alignment: ours aligns it the way vLLM does.
-    return cache_need(caches, max_model_len=_max_len(target), block_size=verdict.requested_block_size,
+    # Hybrid (state) models: the block size before vLLM's hybrid alignment, which ours redoes.
+    # Others take the backend's final block size (0.33.0 sets the CPU's 128 only in
+    # `update_block_size_for_backend`, after the point the judge records the requested one).
+    hybrid = any(c.kind == "state" for c in caches)
+    block = verdict.requested_block_size
+    if hybrid and case.block_size is None and not target.uses_mla:
+        # The CPU attention backend's own block (platforms/cpu.py) is where alignment starts;
+        # 0.33.0 applies it inside update_block_size_for_backend, after the judge records it.
+        block = max(block, CPU_BLOCK_SIZE)
+    return cache_need(caches, max_model_len=_max_len(target), block_size=block if hybrid else verdict.block_size,
                       in_flight_tokens=verdict.in_flight_tokens, num_speculative_tokens=k,
                       mamba_align_mode=verdict.mamba_align_mode).bytes
 
