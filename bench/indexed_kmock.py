@@ -52,7 +52,7 @@ class IndexedEmulator(kmock.KubernetesEmulator):
 
     async def __call__(self, raw_request: Any) -> Any:
         agent = raw_request.headers.get("User-Agent", "")
-        who = "operator" if ("kopf" in agent or "OpenAPI" in agent) else "other"
+        who = "operator" if ("kopf" in agent or "OpenAPI" in agent or "specdeploy" in agent) else "other"
         self.request_counts[(who, raw_request.method.upper())] += 1
         return await super().__call__(raw_request)
 

@@ -14,8 +14,8 @@ SYNTHETIC = FIXTURES / "synthetic"
 
 
 def load_config(name: str) -> dict[str, Any]:
-    """A fixture by file stem, from model-configs/ or synthetic/."""
-    for folder in (MODEL_CONFIGS, SYNTHETIC):
+    """A fixture by file stem, from model-configs/ (and its held-out/) or synthetic/."""
+    for folder in (MODEL_CONFIGS, MODEL_CONFIGS / "held-out", SYNTHETIC):
         path = folder / f"{name}.json"
         if path.exists():
             return json.loads(path.read_text())

@@ -20,6 +20,9 @@ class FakeHub:
         self.files: dict[tuple[str, str], bytes] = {}  # (repo, filename) -> body
         self.status_override: int | None = None  # e.g. 503 to play a Hub outage
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, authorization)
+        # Repos whose answers stall until `release` is set (a Hub that hangs, for some repos).
+        self.stalled: set[str] = set()
+        self.release = threading.Event()
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -28,6 +31,8 @@ class FakeHub:
 
             def _answer(self, with_body: bool) -> None:
                 hub.requests.append((self.command, self.path, self.headers.get("authorization")))
+                if any(self.path.startswith(f"/{repo}/") for repo in hub.stalled):
+                    hub.release.wait(60)
                 if hub.status_override:
                     self.send_response(hub.status_override)
                     self.send_header("Content-Length", "0")

@@ -6,6 +6,8 @@ mid-reconcile change nothing in the end state. Backoffs are scaled down (SPECDEP
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import os
 import signal
 import subprocess
@@ -122,3 +124,57 @@ async def test_sigkill_mid_reconcile_then_restart_leaves_one_set_of_children(pro
     finally:
         process.kill()
         await asyncio.to_thread(process.wait, 10)
+
+
+CONFIG_MAPS = r"/api/v1/namespaces/ns1/configmaps/[^/]+$"
+
+
+async def _config_map(cluster: Cluster, name: str, config: dict[str, Any]) -> None:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns1"},
+            "data": {"config.json": json.dumps(config)}}
+    response = await cluster.k.post("/api/v1/namespaces/ns1/configmaps", json=body)
+    assert response.status in (200, 201), await response.text()
+
+
+def _from_config_map(name: str, config_map: str) -> dict[str, Any]:
+    doc = copy.deepcopy(LLAMA)
+    doc["metadata"]["name"] = name
+    del doc["spec"]["draft"]["config"]
+    doc["spec"]["draft"]["configMapRef"] = {"name": config_map}
+    return doc
+
+
+async def test_a_configmap_read_that_hangs_keeps_the_last_good_config(faulty: FaultProxy, cluster: Cluster) -> None:
+    """The ConfigMap GET hangs past its deadline (the proxy holds it 5 s, the read gives up at
+    1 s): a serving CR keeps its verdict, its workload and Ready, says the refresh is retrying
+    with one Event, and still applies an edit with the last config read; a new CR whose
+    ConfigMap was never read says clearly that it is waiting for it. Both converge after."""
+    draft_config = LLAMA["spec"]["draft"]["config"]
+    await _config_map(cluster, "draft-config", draft_config)
+    await _config_map(cluster, "other-config", draft_config)
+    name = await created(cluster, _from_config_map("cm-serving", "draft-config"), "uid-cm-serving")
+    await cluster.patch_status(DEPLOYMENT, name, {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1})
+    await eventually(lambda: cluster.condition(name, "Ready").get("status") == "True", what="Ready=True")
+
+    hang = faulty.inject("GET", CONFIG_MAPS, delay=5)
+    await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": 4}}, generation=2)
+    await eventually(lambda: cluster.condition(name, "Validated").get("reason") == "ConfigRefreshRetrying", what="the retrying note")
+    assert hang.hits >= 1
+    validated = cluster.condition(name, "Validated")
+    assert validated["status"] == "True" and "spec.draft.configMapRef" in validated["message"] and "retrying" in validated["message"]
+    await eventually(lambda: '"num_speculative_tokens":4' in " ".join(cluster.get(DEPLOYMENT, name)["spec"]["template"]["spec"]["containers"][0]["args"]),
+                     what="the edit applied with the last good config")
+    assert cluster.condition(name, "Ready")["status"] == "True"
+
+    await cluster.create(with_identity(_from_config_map("cm-new", "other-config"), "uid-cm-new"))
+    await eventually(lambda: cluster.condition("cm-new", "Validated").get("reason") == "ConfigUnavailable", what="ConfigUnavailable")
+    waiting = cluster.condition("cm-new", "Validated")
+    assert waiting["status"] == "Unknown" and "ConfigMap ns1/other-config" in waiting["message"] and "(retrying)" in waiting["message"]
+    assert not cluster.exists(DEPLOYMENT, "cm-new")
+    await asyncio.sleep(1.5)  # a few retries while it still hangs
+    assert len([e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"]) == 1
+
+    faulty.clear()
+    await eventually(lambda: cluster.condition("cm-new", "Planned").get("status") == "True", timeout=30, what="cm-new Planned")
+    await eventually(lambda: cluster.condition(name, "Validated").get("reason") == "Valid", timeout=30, what="Valid again")
+    assert cluster.condition(name, "Ready")["status"] == "True"

@@ -312,3 +312,36 @@ async def test_nothing_is_created_while_any_child_name_is_invalid(operator: Oper
     assert "Not_A.Valid-Name" in cluster.condition("bad-names", "Progressing")["message"]
     assert cluster.condition("bad-names", "Stalled")["status"] == "True"
     assert not cluster.exists(DEPLOYMENT, "bad-names") and not cluster.exists(SERVICE, "bad-names-api")
+
+
+async def test_children_an_older_operator_named_differently_are_pruned(operator: Operator, cluster: Cluster) -> None:
+    """An older operator named the children differently (before hash-shortened names): after an
+    upgrade (a restart), what carries our ownerReference and managed-by label but is no longer
+    rendered is deleted, found by label, whatever its name. Objects missing either mark stay."""
+    name = await created(cluster, LLAMA, "uid-prehash")
+    await eventually(lambda: cluster.exists(PDB, name), what="children")
+    await operator.stop()
+    current = cluster.get(DEPLOYMENT, name)
+    owner = current["metadata"]["ownerReferences"]
+    ours = dict(current["metadata"]["labels"])
+
+    async def plant(resource: str, kind: str, child: str, labels: dict[str, str], refs: list[dict[str, Any]]) -> None:
+        group_version, plural = resource.rsplit("/", 1)
+        root = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+        body = {"apiVersion": group_version, "kind": kind, "spec": {},
+                "metadata": {"name": child, "namespace": NS, "labels": labels, "ownerReferences": refs}}
+        response = await cluster.k.post(f"{root}/namespaces/{NS}/{plural}", json=body)
+        assert response.status in (200, 201), await response.text()
+
+    await plant(DEPLOYMENT, "Deployment", f"{name}-vllm", ours, owner)  # the old workload name
+    await plant(SERVICE, "Service", f"{name}-svc", ours, owner)  # the old Service name
+    other_uid = [{**owner[0], "uid": "uid-someone-else"}]
+    await plant(DEPLOYMENT, "Deployment", f"{name}-foreign", ours, other_uid)
+    unlabelled = {k: v for k, v in ours.items() if k != "app.kubernetes.io/managed-by"}
+    await plant(DEPLOYMENT, "Deployment", f"{name}-unlabelled", unlabelled, owner)
+
+    await operator.start()
+    await eventually(lambda: not cluster.exists(DEPLOYMENT, f"{name}-vllm") and not cluster.exists(SERVICE, f"{name}-svc"),
+                     timeout=20, what="the old-named children pruned")
+    assert cluster.exists(DEPLOYMENT, f"{name}-foreign") and cluster.exists(DEPLOYMENT, f"{name}-unlabelled")
+    assert all(cluster.exists(r, n) for r, n in ((DEPLOYMENT, name), (SERVICE, f"{name}-api"), (PDB, name)))

@@ -19,7 +19,10 @@ For one case:
    (must raise vLLM's "KV cache is needed" error), so the figure is vLLM's verdict.
 
 What the CPU build lacks, and what stands in for it (none of it touches a cache spec):
-- `cutlass`/`cuda` (CUTLASS DSL kernels imported while building Kimi-K3): empty modules;
+- `cutlass`/`cuda` (CUTLASS DSL kernels imported while building Kimi-K3) and `torchvision`
+  (the image processors the Qwen3.5 and Llama-4 VL wrappers import): empty modules; the
+  registry's model inspection, which vLLM runs in a subprocess, runs in this process so
+  that it sees them;
 - `torch.cuda.Stream`/`Event`, `torch.accelerator.empty_cache`: no-ops;
 - MoE and fp8 kernels: no CPU kernel for these formats, so the judge strips
   `quantization_config` (it changes weights, not the KV cache) and stubs the unquantized
@@ -45,26 +48,28 @@ import json
 import os
 import sys
 import tempfile
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+CPU_ONLY_FAILURES = ("requires a CUDA device", "is not implemented on CPU")
 _GROUPS = ("_WORLD", "_TP", "_PP", "_DP", "_EP", "_DCP", "_PCP", "_ETP", "_EPLB", "_INNER_DP_WORLD", "_ENGRAM_DP")
 
 
 @dataclass(frozen=True)
 class MemoryVerdict:
     ok: bool
-    stage: str  # "" | "config" | "load" | "kv-cache"
+    stage: str  # "" | "config" | "load" | "kv-cache" | "cpu" (a GPU-only layer the CPU build cannot make)
     error: str
     need_bytes: int = 0
-    block_size: int = 0
+    block_size: int = 0  # after the hybrid alignment
+    requested_block_size: int = 0  # before it: the backend's (or the CacheConfig's) block size
     in_flight_tokens: int = 0
     mamba_align_mode: bool = False
     mamba_ssm_cache_dtype: str = "auto"
@@ -74,10 +79,11 @@ class MemoryVerdict:
 class _StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Empty modules for CUDA-only packages that vLLM imports while building a model."""
 
-    ROOTS = frozenset({"cutlass", "cuda"})
+    def __init__(self, *roots: str) -> None:
+        self.roots = frozenset(roots)
 
     def find_spec(self, name, path, target=None):  # noqa: ARG002
-        if name.split(".")[0] in self.ROOTS:
+        if name.split(".")[0] in self.roots:
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -117,6 +123,30 @@ def _write(config: dict[str, Any], root: Path, name: str) -> str:
     return str(directory)
 
 
+def _need_and_check(config: Any, specs: dict[str, Any]) -> tuple[int, Any]:
+    """vLLM's need for one max_model_len request (null block included) and its own check.
+
+    0.32 keeps grouping and the check in `v1/core/kv_cache_utils.py`; 0.33 moves them to
+    `v1/core/kv_cache_planning.py` behind a `KVCacheConfigBuilder` and groups the layers once,
+    before the check (`v1/engine/core.py`: `get_global_kv_cache_groups`, then
+    `get_kv_cache_configs(..., global_kv_cache_groups)`)."""
+    try:
+        from vllm.v1.core import kv_cache_planning as planning
+        from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
+    except ImportError:
+        from vllm.v1.core import kv_cache_utils
+
+        groups = kv_cache_utils.get_kv_cache_groups(config, dict(specs))
+        need = (kv_cache_utils._max_memory_usage_bytes_from_groups(config, groups)
+                + kv_cache_utils._pool_bytes_per_block(config, groups))
+        return need, lambda available: kv_cache_utils.get_kv_cache_configs(config, [specs], [available])
+    groups = planning.get_global_kv_cache_groups(config, [specs])
+    builder = get_kv_cache_config_builder(config)
+    need = (planning._max_memory_usage_bytes_from_groups(builder, config, groups)
+            + planning._pool_bytes_per_block_from_builder(builder, config, groups))
+    return need, lambda available: planning.get_kv_cache_configs(config, [specs], [available], groups)
+
+
 class MemoryJudge:
     """One process-wide set of stand-ins; one temporary directory per judged case."""
 
@@ -140,14 +170,28 @@ class MemoryJudge:
         from vllm.v1.worker.workspace import init_workspace_manager
 
         init_workspace_manager(torch.device("meta"))
-        self._stand_in = _StandIn()
+        self._stand_in = _StandIn("cutlass", "cuda", "torchvision")
+        self._vision = _StandIn("torchvision")  # tvm_ffi, imported with the engine config, probes `cuda`
+        self._gpu_deepseek_v4_heads()
         self._tmp = tempfile.TemporaryDirectory(prefix="specdeploy-memory-")
+
+    def _gpu_deepseek_v4_heads(self) -> None:
+        """The CPU build's DeepSeek-V4 DSpark and MTP classes (models/deepseek_v4/cpu/) only raise
+        NotImplementedError; the GPU's (models/deepseek_v4/nvidia/) are what a pod builds, and
+        their __init__ reads the draft config as it will there."""
+        import vllm.models.deepseek_v4 as deepseek_v4
+
+        with self._stand_ins(self._stand_in):
+            from vllm.models.deepseek_v4.nvidia import dspark, mtp
+        deepseek_v4.DSparkDeepseekV4ForCausalLM = dspark.DSparkDeepseekV4ForCausalLM
+        deepseek_v4.DeepSeekV4MTP = mtp.DeepSeekV4MTP
 
     def close(self) -> None:
         self._tmp.cleanup()
 
     def judge(self, name: str, target: dict[str, Any], draft: dict[str, Any] | None, method: str | None,
-              k: int, tp: int, max_model_len: int) -> MemoryVerdict:
+              k: int, tp: int, max_model_len: int, block_size: int | None = None) -> MemoryVerdict:
+        """`block_size`: CacheConfig's, as `--block-size` sets it (None: the platform's default)."""
         from vllm.engine.arg_utils import EngineArgs
 
         root = Path(tempfile.mkdtemp(dir=self._tmp.name, prefix=name[:40] + "-"))
@@ -159,10 +203,13 @@ class MemoryJudge:
         model = _write(target, root, "target")
 
         def engine_config(prefix_caching: bool | None) -> Any:
-            with mock.patch("vllm.transformers_utils.repo_utils.time.sleep"):
+            # The registry inspects a model class in a subprocess (to keep CUDA out of this
+            # one); here it runs in-process, where the stand-ins serve the VL models' imports.
+            with mock.patch("vllm.transformers_utils.repo_utils.time.sleep"), self._stand_ins(self._vision), \
+                    mock.patch("vllm.model_executor.models.registry._run_in_subprocess", lambda fn: fn()):
                 return EngineArgs(model=model, skip_tokenizer_init=True, speculative_config=speculative,
                                   tensor_parallel_size=tp, distributed_executor_backend="external_launcher",
-                                  load_format="dummy", max_model_len=max_model_len,
+                                  load_format="dummy", max_model_len=max_model_len, block_size=block_size,
                                   enable_prefix_caching=prefix_caching).create_engine_config()
         try:
             try:
@@ -179,8 +226,18 @@ class MemoryJudge:
         try:
             specs = self._build_and_collect(config, tp, method)
         except Exception as exc:  # noqa: BLE001
-            return MemoryVerdict(False, "load", _first_line(exc))
+            # A GPU-only layer (DeepSeek-V4 attention asserts a CUDA device) is no verdict on a pod.
+            cpu_only = any(s in str(exc) for s in CPU_ONLY_FAILURES)
+            return MemoryVerdict(False, "cpu" if cpu_only else "load", _first_line(exc))
         return self._need(config, specs)
+
+    @contextmanager
+    def _stand_ins(self, finder: _StandIn) -> Iterator[None]:
+        sys.meta_path.insert(0, finder)
+        try:
+            yield
+        finally:
+            sys.meta_path.remove(finder)
 
     def _build_and_collect(self, config: Any, tp: int, method: str | None) -> dict[str, Any]:
         import vllm.distributed.parallel_state as parallel_state
@@ -200,8 +257,7 @@ class MemoryJudge:
 
         with ExitStack() as stack:
             # Only while building: tvm_ffi (imported with the engine config) probes `cuda`.
-            sys.meta_path.insert(0, self._stand_in)
-            stack.callback(sys.meta_path.remove, self._stand_in)
+            stack.enter_context(self._stand_ins(self._stand_in))
             stack.enter_context(set_current_vllm_config(config))
             stack.enter_context(self._torch.device("meta"))
             for target in ("torch.cuda.Stream", "torch.cuda.Event"):
@@ -218,6 +274,7 @@ class MemoryJudge:
                 for module in (eagle_utils, dflash_utils, model_loader):
                     stack.enter_context(mock.patch.object(module, "get_model", build))
                 loader(model, config)
+            self._requested_block_size = config.cache_config.block_size
             with mock.patch.object(type(current_platform), "_check_aligned_block_size"):
                 current_platform.update_block_size_for_backend(config)
             return get_kv_cache_spec(config)
@@ -226,12 +283,12 @@ class MemoryJudge:
         from vllm.config import set_current_vllm_config
         from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
         from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
-        from vllm.v1.core import kv_cache_utils
 
         counts: dict[str, int] = {}
         for spec in specs.values():
             counts[type(spec).__name__] = counts.get(type(spec).__name__, 0) + 1
-        common = dict(block_size=config.cache_config.block_size, in_flight_tokens=config.max_in_flight_tokens,
+        common = dict(block_size=config.cache_config.block_size, requested_block_size=self._requested_block_size,
+                      in_flight_tokens=config.max_in_flight_tokens,
                       mamba_align_mode=config.cache_config.mamba_cache_mode == "align",
                       mamba_ssm_cache_dtype=str(config.cache_config.mamba_ssm_cache_dtype),
                       spec_counts=tuple(sorted(counts.items())))
@@ -239,12 +296,10 @@ class MemoryJudge:
             with set_current_vllm_config(config):
                 layouts = [layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(config))]
                 resolve_kv_cache_layout(config, [layouts], list(specs.values()))
-                groups = kv_cache_utils.get_kv_cache_groups(config, dict(specs))
-                need = (kv_cache_utils._max_memory_usage_bytes_from_groups(config, groups)
-                        + kv_cache_utils._pool_bytes_per_block(config, groups))
-                kv_cache_utils.get_kv_cache_configs(config, [specs], [need])
+                need, configs = _need_and_check(config, specs)
+                configs(need)
                 try:
-                    kv_cache_utils.get_kv_cache_configs(config, [specs], [need - 1])
+                    configs(need - 1)
                 except ValueError as exc:
                     if "KV cache is needed" not in str(exc):
                         raise

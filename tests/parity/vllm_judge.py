@@ -103,6 +103,20 @@ def _dspark_markov_rank_missing(draft_cfg: Any) -> str:
     return ""
 
 
+def _dspark_v4_head_missing(draft_cfg: Any) -> str:
+    """models/deepseek_v4/nvidia/dspark.py (the GPU class vLLM builds for `DSparkDraftModel`)
+    reads these from the draft's hf_config with no default, in this order; the meta-device
+    build (tests/parity/test_memory_parity.py) confirms the AttributeError from the real class."""
+    hf = draft_cfg.hf_config
+    if "DSparkDraftModel" not in set(getattr(hf, "architectures", None) or ()):
+        return ""
+    for name in ("hidden_size", "hc_mult", "hc_eps", "rms_norm_eps", "num_hidden_layers", "dspark_target_layer_ids",
+                 "vocab_size", "index_topk", "head_dim", "dspark_markov_rank"):
+        if not hasattr(hf, name):
+            return f"AttributeError: '{type(hf).__name__}' object has no attribute '{name}'"
+    return ""
+
+
 class VllmJudge:
     """Holds one temp dir per model and the target ModelConfigs (independent of TP)."""
 
@@ -173,4 +187,7 @@ class VllmJudge:
             missing = _dspark_markov_rank_missing(draft_cfg)
             if missing:
                 return Verdict(False, "load: draft model", missing)
+        missing = _dspark_v4_head_missing(draft_cfg) if draft_cfg is not None else ""
+        if missing:
+            return Verdict(False, "load: draft model", missing)
         return Verdict(True, "", "")

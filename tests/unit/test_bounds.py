@@ -112,3 +112,15 @@ def test_deep_nesting_and_size_are_refused_before_parsing_further() -> None:
         parse_config_text("[" * 100_000 + "]" * 100_000, "spec.target.configMapRef", "ConfigMap c key config.json")
     with pytest.raises(SourceInvalid, match="larger than"):
         parse_config_text(" " * (5 * 2**20), "spec.target.configMapRef", "ConfigMap c key config.json")
+
+
+def test_deepseek_v4_and_sliding_window_switches_are_bounded() -> None:
+    """Values the DeepSeek-V4 and sliding-window memory rules read are refused by name, not crashed on."""
+    from specdeploy.geometry.bounds import config_bound_findings
+
+    for key, value in (("compress_ratios", "4,128"), ("compress_ratios", [4, -1]), ("compress_rates", {"c4": "x"}),
+                       ("compress_rates", [4]), ("use_sliding_window", "no")):
+        (finding,) = config_bound_findings({key: value}, "spec.target.config")
+        assert finding.field == f"spec.target.config.{key}" and finding.severity == "error", finding
+    assert not config_bound_findings({"compress_ratios": [0, 4, 128], "compress_rates": {"c4": 4}, "use_sliding_window": False},
+                                     "spec.target.config")

@@ -146,6 +146,7 @@ def test_kube_version_below_the_minimum_is_refused(helm):
         ["--set", "image.digest=latest"],
         ["--set", "rbac.secrets.enabled=yes-please"],
         ["--set", "resources.limits.memory=lots"],
+        ["--set", "reconcileTimeBudgetSeconds=0"],
     ],
 )
 def test_values_schema_rejects_bad_values(helm, bad):
@@ -507,6 +508,15 @@ def test_one_replica_runs_without_leader_election_and_a_service_monitor_is_optio
     (monitor,) = by_kind(objects, "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
 
+
+def test_the_reconcile_time_budget_reaches_the_operator(helm, monkeypatch):
+    """The chart value is the env var the operator reads (30 s by default)."""
+    from specdeploy.controller.offload import BUDGET_ENV, reconcile_budget
+
+    for extra, want in (((), 30.0), (("--set", "reconcileTimeBudgetSeconds=45"), 45.0)):
+        env = {e["name"]: e.get("value") for e in _container(render(helm, None, *extra))["env"]}
+        monkeypatch.setenv(BUDGET_ENV, env[BUDGET_ENV])
+        assert reconcile_budget() == want
 
 
 # Fields of the Prometheus Operator's PodMonitor (monitoring.coreos.com/v1) the chart may set:

@@ -103,3 +103,59 @@ def test_qwen3_next_counts_12_attention_layers_not_48_and_a_gated_delta_net_stat
     # fp32 recurrent state, as the CPU platform stores it: vLLM's own figure on CPU.
     cpu = model_layer_caches(geometry("layout-qwen3-next-80b"), 2, 1, "auto", mamba_ssm_cache_dtype="float32")
     assert cache_need(cpu, max_model_len=L, block_size=128, in_flight_tokens=2048, mamba_align_mode=True).bytes == 509_607_936
+
+
+def test_deepseek_v4_keeps_five_caches_in_its_own_block_sizes_the_same_on_every_rank() -> None:
+    caches = model_layer_caches(geometry("deepseek-ai__DeepSeek-V4-Flash"), 8, 1, "auto")
+    pages = {(c.kind, c.block_size, c.page_bytes, c.window): c.layers for c in caches}
+    assert pages == {
+        ("sliding_window_mla", 64, 37_440, 128): 43,  # every layer: 64 x 584 B, padded to a multiple of 576
+        ("indexer", 256, 8_640, 0): 21,  # the 21 ratio-4 layers: 64 rows of 132 B
+        ("compressor_state", 4, 8_640, 8): 21,  # the indexer's compressor: 4 x 2*2*128 fp32
+        ("compressed_mla_4", 256, 37_440, 0): 21,  # 256 / 4 rows of 584 B
+        ("compressor_state", 4, 32_832, 8): 21,  # 4 x 2*2*512 fp32
+        ("compressed_mla_128", 256, 1_728, 0): 20,  # 2 rows of 584 B
+        ("compressor_state", 8, 32_832, 128): 20,  # 8 x 2*1*512 fp32
+    }
+    assert caches == model_layer_caches(geometry("deepseek-ai__DeepSeek-V4-Flash"), 1, 1, "auto")
+
+
+def test_deepseek_v4_packs_its_caches_into_groups_of_equal_repeats() -> None:
+    """_get_packed_kv_cache_groups: the 43 sliding-window layers split in two groups (22 repeats
+    per group: the least padding over 43, 21 and 20, at least 21); the block is the widest group,
+    the 62 full-attention caches of the 256-token buckets."""
+    caches = model_layer_caches(geometry("deepseek-ai__DeepSeek-V4-Flash"), 1, 1, "auto")
+    need = cache_need(caches, max_model_len=L, in_flight_tokens=L)
+    assert need.groups == 5 and need.bytes_per_block == 21 * 8_640 + 21 * 37_440 + 20 * 1_728 == 1_002_240
+    window = lambda w, block: -(-min(w - 1 + L, L) // block) + 1  # noqa: E731
+    blocks = 2 * window(128, 64) + L // 256 + window(8, 4) + window(128, 8)
+    assert need.blocks_per_sequence == blocks == 13_444
+    assert need.bytes == (blocks + 1) * 1_002_240 == 13_475_116_800  # the flat MLA figure said 2.95 GB
+
+
+def test_chunked_layers_are_allocated_as_full_attention_beside_an_eagle_drafter() -> None:
+    """config/vllm.py turns the hybrid KV cache manager off for chunked local attention + EAGLE."""
+    target = geometry("meta-llama__Llama-4-Scout-17B-16E-Instruct")
+    draft = read_geometry(load_config("specforge__llama4-scout-17B-16E-eagle3"), "d", DEFAULT_FACTS)[0]
+    alone = layer_caches("ngram", target, None, 2, 2, 1, "auto", 0)
+    with_eagle = layer_caches("eagle3", target, draft, 2, 2, 1, "auto", 3)
+    assert {c.kind for c in alone} == {"full", "chunked_local"}
+    assert {c.kind for c in with_eagle} == {"full"} and sum(c.layers for c in with_eagle) == 49
+
+
+def test_a_model_wide_sliding_window_without_layer_types_makes_every_layer_sliding() -> None:
+    # Mistral-7B-v0.1: vLLM 0.32/0.33 build 32 SlidingWindowSpec layers (docs/memory-parity-*.md).
+    caches = model_layer_caches(geometry("mistralai__Mistral-7B-v0.1"), 1, 1, "auto")
+    assert kinds(caches) == {"sliding_window": (32, 8 * 256 * 2)}
+    need = cache_need(caches, max_model_len=L, block_size=128, in_flight_tokens=2048)
+    blocks = -(-(4096 - 1 + 2048) // 128) + 1  # 49, not the 256 of max_model_len
+    assert need.bytes == (blocks + 1) * 32 * 128 * 4096 == 838_860_800
+
+
+def test_qwen2_use_sliding_window_false_and_gemma3_pattern_follow_transformers_layer_types() -> None:
+    # DeepSeek-R1-Distill-Qwen-7B names sliding_window 4096 with use_sliding_window false: full.
+    assert kinds(model_layer_caches(geometry("deepseek-ai__DeepSeek-R1-Distill-Qwen-7B"), 1, 1, "auto")) == {"full": (28, 4 * 256 * 2)}
+    # gemma-3-1b: sliding_window_pattern 6 -> 22 sliding layers of 512, 4 global; one KV head of 256.
+    caches = model_layer_caches(geometry("google__gemma-3-1b-it"), 4, 1, "auto")
+    assert kinds(caches) == {"sliding_window": (22, 1024), "full": (4, 1024)}
+    assert {c.window for c in caches} == {512, 0}

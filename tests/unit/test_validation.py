@@ -136,15 +136,40 @@ def test_draft_architecture_vllm_cannot_load_is_rejected() -> None:
     assert "draft-architecture-unsupported" in codes(evaluation)
 
 
-def test_dspark_with_a_dense_draft_is_accepted_as_vllm_does_but_warned_about() -> None:
-    """vLLM 0.32 accepts it at config time and loads it as DeepSeek-V4's in-checkpoint DSpark head."""
-    evaluation = judge("Qwen__Qwen3-8B", "Qwen__Qwen3-0.6B", "dspark", tp=1, k=3)
-    assert evaluation.ok and any(f.code == "dspark-not-a-dspark-draft" and f.severity.value == "warning" for f in evaluation.findings)
+def _load_refusal(evaluation, field: str):
+    return next((f for f in evaluation.findings if f.code == "draft-load-fails" and f.stage.value == "load"
+                 and f.field == field), None)
+
+
+@pytest.mark.parametrize("draft", ["Qwen__Qwen3-0.6B", "meta-llama__Llama-3.2-1B-Instruct"])
+def test_dspark_with_a_dense_draft_is_refused_at_load_as_vllm_fails_there(draft: str) -> None:
+    """vLLM's config check accepts it and names it DSparkDraftModel; DeepSeek-V4's DSpark head
+    then reads config.hc_mult in __init__ (the meta-device build raises AttributeError)."""
+    evaluation = judge("Qwen__Qwen3-8B", draft, "dspark", tp=1, k=3)
+    refusal = _load_refusal(evaluation, "spec.draft.config.hc_mult")
+    assert not evaluation.ok and refusal and "AttributeError" in refusal.message
+    assert any(f.code == "dspark-not-a-dspark-draft" for f in evaluation.findings)
 
 
 def test_dspark_without_a_draft_model_drafts_from_the_target_and_needs_k() -> None:
-    assert judge("deepseek-ai__DeepSeek-V3", None, "dspark", tp=8, k=3).ok
+    # A DeepSeek-V3 target has no DeepSeek-V4 DSpark head: vLLM fails at load on hc_mult.
+    assert _load_refusal(judge("deepseek-ai__DeepSeek-V3", None, "dspark", tp=8, k=3), "spec.target.config.hc_mult")
     assert "k-required" in codes(judge("deepseek-ai__DeepSeek-V3", None, "dspark", tp=8))
+    # DeepSeek-V4-Flash as published carries hc_mult but no DSpark head fields.
+    assert _load_refusal(judge("deepseek-ai__DeepSeek-V4-Flash", None, "dspark", tp=8, k=3),
+                         "spec.target.config.dspark_target_layer_ids")
+
+
+def test_a_dspark_draft_with_deepseek_v4_head_fields_builds() -> None:
+    """Every field DSparkDeepseekV4Model reads is present: no load finding."""
+    target = load_config("deepseek-ai__DeepSeek-V4-Flash")
+    head = {**target, "architectures": ["DSparkDraftModel"], "num_hidden_layers": 2,
+            "dspark_target_layer_ids": [1, 20, 40], "dspark_markov_rank": 256}
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": "org/v4"}, "draft": {"model": "org/v4-dspark", "method": "dspark", "numSpeculativeTokens": 3},
+        "parallelism": {"tensorParallelSize": 8}})
+    evaluation = evaluate(spec, ModelInputs(target), ModelInputs(head))
+    assert not [f for f in evaluation.findings if f.stage.value == "load"]
 
 
 def test_draft_tp_other_than_one_or_target_tp_is_rejected() -> None:

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from specdeploy.controller.kube import Kube, KubeTemporaryError
-from specdeploy.render.labels import MANAGED_BY
+from specdeploy.render.labels import MANAGED_BY, OWNER_LABEL, label_value
+
+# Every kind a SpeculativeDeployment's children can have (kind names of controller/kube.py).
+CHILD_KINDS = ("Deployment", "LeaderWorkerSet", "Service", "PodDisruptionBudget")
 
 # Map fields under which every key is ours: keys no longer rendered are deleted.
 _OWNED_MAPS = (("spec", "selector"),)
@@ -98,7 +101,7 @@ def owned_by(live: dict[str, Any], uid: str) -> bool:
     return ours and (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == MANAGED_BY
 
 
-def apply_child(kube: Kube, desired: dict[str, Any], logger: logging.Logger, *, assume_missing: bool = False) -> Applied:
+async def apply_child(kube: Kube, desired: dict[str, Any], logger: logging.Logger, *, assume_missing: bool = False) -> Applied:
     """Create or patch one child. `assume_missing`: try the create first (one request instead
     of two for a new CR); an existing object (409) is read and patched as usual."""
     meta = desired["metadata"]
@@ -106,22 +109,22 @@ def apply_child(kube: Kube, desired: dict[str, Any], logger: logging.Logger, *, 
     live = None
     if assume_missing:
         try:
-            created = kube.create(desired)
+            created = await kube.create(desired)
         except KubeTemporaryError as exc:
             if exc.status != 409:
                 raise
         else:
             logger.info("Created %s %s/%s", kind, namespace, name)
             return Applied(kind, name, "created", created)
-    live = kube.get(kind, namespace, name)
+    live = await kube.get(kind, namespace, name)
     if live is None:
-        created = kube.create(desired)
+        created = await kube.create(desired)
         logger.info("Created %s %s/%s", kind, namespace, name)
         return Applied(kind, name, "created", created)
     patch = merge_patch(live, desired)
     if not patch:
         return Applied(kind, name, "unchanged", live)
-    patched = kube.merge_patch(kind, namespace, name, patch)
+    patched = await kube.merge_patch(kind, namespace, name, patch)
     logger.info("Patched %s %s/%s (%s)", kind, namespace, name, ", ".join(_changed_paths(patch)))
     return Applied(kind, name, "patched", patched)
 
@@ -136,18 +139,33 @@ def _changed_paths(patch: Any, prefix: str = "", depth: int = 0) -> list[str]:
     return out[:8]
 
 
-def prune(kube: Kube, namespace: str, uid: str, candidates: Iterable[tuple[str, str]], keep: set[tuple[str, str]],
-          logger: logging.Logger) -> list[Applied]:
-    """Delete the candidates we own and no longer render (e.g. the Deployment after a switch
-    to a LeaderWorkerSet). Objects without our ownerReference and label are never touched."""
+def owned_selector(cr_name: str) -> str:
+    """Every child any version of this operator created for the CR carries these two labels
+    (the owner label since the first release, with the CR name as its value where it fits), so
+    a label list finds children under names we no longer render, e.g. pre-hash names."""
+    return f"app.kubernetes.io/managed-by={MANAGED_BY},{OWNER_LABEL}={label_value(cr_name)}"
+
+
+async def owned_children(kube: Kube, namespace: str, cr_name: str, uid: str) -> list[dict[str, Any]]:
+    """The children of every kind we create that carry our labels and our ownerReference."""
+    found = []
+    for kind in CHILD_KINDS:  # a real API server leaves kind out of list items
+        found += [{**c, "kind": kind} for c in await kube.list(kind, namespace, owned_selector(cr_name)) if owned_by(c, uid)]
+    return found
+
+
+async def prune(kube: Kube, namespace: str, uid: str, owned: Iterable[dict[str, Any]], keep: set[tuple[str, str]],
+                logger: logging.Logger) -> list[Applied]:
+    """Delete what we own and no longer render (the Deployment after a switch to a
+    LeaderWorkerSet, a child under an older operator's name). Objects without our
+    ownerReference and label are never touched; the delete carries the object's uid."""
     deleted = []
-    for kind, name in candidates:
-        if (kind, name) in keep:
+    for live in owned:
+        kind, meta = live.get("kind", ""), live.get("metadata") or {}
+        name = meta.get("name", "")
+        if (kind, name) in keep or not owned_by(live, uid):
             continue
-        live = kube.get(kind, namespace, name)
-        if live is None or not owned_by(live, uid):
-            continue
-        kube.delete(kind, namespace, name, uid=(live.get("metadata") or {}).get("uid"))
+        await kube.delete(kind, namespace, name, uid=meta.get("uid"))
         logger.info("Deleted %s %s/%s (no longer rendered)", kind, namespace, name)
         deleted.append(Applied(kind, name, "deleted", live))
     return deleted

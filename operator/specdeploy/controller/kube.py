@@ -1,28 +1,37 @@
-"""The operator's only Kubernetes client: a few verbs over raw JSON, errors typed by retry policy.
+"""The operator's only Kubernetes client: a few verbs over raw JSON on kopf's asyncio loop,
+errors typed by retry policy.
 
-It sends requests through the official client's `ApiClient` (auth, TLS, kubeconfig or
-in-cluster config) but builds the paths itself: the typed APIs of kubernetes 37 validate
-bodies client-side and know nothing of LeaderWorkerSet, while the operator only needs
-get / list / create / merge-patch on a few kinds. Every call is checked against `PERMISSIONS`,
-so the chart's RBAC and the code cannot drift apart. Writes are create-or-merge-patch (no
-server-side apply: the emulator used in tests has none); swapping in SSA is local to here.
+aiohttp (kopf's own HTTP stack, so no new dependency), with the credentials the official
+`kubernetes` package loads from the kubeconfig or the in-cluster service account (token, client
+certificates, CA, TLS server name, and its token refresh hook, asked before every request).
+`kubernetes_asyncio` would be a second copy of that loader plus a generated typed API the
+operator does not use: the typed APIs validate bodies client-side and know nothing of
+LeaderWorkerSet, while the operator only needs get / list / create / merge-patch / delete on a
+few kinds. Every call is checked against `PERMISSIONS`, so the chart's RBAC and the code cannot
+drift apart. Writes are create-or-merge-patch (no server-side apply: the emulator used in tests
+has none); swapping in SSA is local to here.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import os
+import ssl
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import aiohttp
 import kopf
-from kubernetes.client import ApiClient
-from urllib3.exceptions import HTTPError as Urllib3Error
+from kubernetes.client import Configuration
 
+from specdeploy import __version__
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
 from specdeploy.controller.permissions import allows
 
 RETRY_DELAY_S = 15.0
+USER_AGENT = f"specdeploy/{__version__} (aiohttp)"
 # Seconds per API request (connect, read); SPECDEPLOY_API_TIMEOUT_S overrides the read part.
 API_TIMEOUT_ENV = "SPECDEPLOY_API_TIMEOUT_S"
 
@@ -88,61 +97,90 @@ KINDS: dict[str, Kind] = {
 
 
 class Kube:
-    """get (None on 404), list, create, merge_patch, plus the two reads the sources need."""
+    """get (None on 404), list, create, merge_patch, delete, plus the two reads the sources need.
+    Coroutines: call them on the loop the client was first used on (kopf's)."""
 
-    def __init__(self, api_client: ApiClient, *, read_secrets: bool = False,
+    def __init__(self, configuration: Configuration, *, read_secrets: bool = False,
                  on_response: Callable[[str, str, int], None] | None = None):
-        self.api_client = api_client
+        self.configuration = configuration
         self.read_secrets = read_secrets
         self.on_response = on_response  # (method, kind, HTTP status): the metrics hook
         self.timeout = request_timeout()
+        self.host = configuration.host.rstrip("/")
+        self._ssl = _ssl_context(configuration) if self.host.startswith("https") else None
+        self._server_hostname = getattr(configuration, "tls_server_name", None) or None
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # A connection pool per operator run; limit_per_host bounds concurrent requests.
+            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit_per_host=int(os.environ.get("SPECDEPLOY_API_CONNECTIONS", "16")))
+            self._session = aiohttp.ClientSession(connector=connector, json_serialize=json.dumps)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     # -- verbs ------------------------------------------------------------------------------
-    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._call("GET", kind, "get", namespace, name, missing_ok=True)
+    async def get(self, kind: str, namespace: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
+        return await self._call("GET", kind, "get", namespace, name, missing_ok=True, timeout=timeout)
 
-    def list(self, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        """The objects of `kind` in `namespace` matching the selector (the telemetry's pods)."""
-        listed = self._call("GET", kind, "list", namespace, None, query={"labelSelector": label_selector})
+    async def list(self, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """The objects of `kind` in `namespace` matching the selector ([] for a kind this API
+        server does not serve, e.g. LeaderWorkerSet without its CRD)."""
+        listed = await self._call("GET", kind, "list", namespace, None, query={"labelSelector": label_selector}, missing_ok=True)
         return list((listed or {}).get("items") or [])
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind, namespace = obj["kind"], obj["metadata"]["namespace"]
-        created = self._call("POST", kind, "create", namespace, None, body=obj)
+        created = await self._call("POST", kind, "create", namespace, None, body=obj)
         assert created is not None
         return created
 
-    def merge_patch(
+    async def merge_patch(
         self, kind: str, namespace: str, name: str, patch: dict[str, Any], *, subresource: str | None = None
     ) -> dict[str, Any]:
-        patched = self._call("PATCH", kind, "patch", namespace, name, body=patch, subresource=subresource)
+        patched = await self._call("PATCH", kind, "patch", namespace, name, body=patch, subresource=subresource)
         assert patched is not None
         return patched
 
-    def delete(self, kind: str, namespace: str, name: str, *, uid: str | None = None) -> None:
+    async def delete(self, kind: str, namespace: str, name: str, *, uid: str | None = None) -> None:
         """Delete (background propagation); `uid` guards against deleting a re-created object."""
         body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}
-        self._call("DELETE", kind, "delete", namespace, name, body=body, missing_ok=True)
+        await self._call("DELETE", kind, "delete", namespace, name, body=body, missing_ok=True)
 
-    def read_config_map_key(self, namespace: str, name: str, key: str) -> str | None:
+    async def read_config_map_key(self, namespace: str, name: str, key: str, *, timeout: float | None = None) -> str | None:
         """The value, or None when the ConfigMap or the key is missing."""
-        cm = self.get("ConfigMap", namespace, name)
+        cm = await self.get("ConfigMap", namespace, name, timeout=timeout)
         return None if cm is None else (cm.get("data") or {}).get(key)
 
-    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
+    async def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         """Only when the chart opted in (SECRETS_PERMISSION); the value never leaves memory."""
         if not self.read_secrets:
             return None
-        import base64
-
-        secret = self.get("Secret", namespace, name)
+        secret = await self.get("Secret", namespace, name)
         raw = None if secret is None else (secret.get("data") or {}).get(key)
         return None if raw is None else base64.b64decode(raw).decode()
 
     # -- transport --------------------------------------------------------------------------
-    def _call(
+    def _headers(self, method: str, body: dict[str, Any] | None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if body is not None:
+            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        # The official client's auth settings: runs its refresh hook (in-cluster token
+        # rotation, exec/OIDC kubeconfigs) and yields "Bearer <token>" or nothing.
+        for setting in self.configuration.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        if "authorization" not in headers and self.configuration.username:
+            headers["authorization"] = self.configuration.get_basic_auth_token()
+        return headers
+
+    async def _call(
         self,
         method: str,
         kind_name: str,
@@ -154,36 +192,33 @@ class Kube:
         subresource: str | None = None,
         missing_ok: bool = False,
         query: dict[str, str] | None = None,
+        timeout: float | None = None,
     ) -> dict[str, Any] | None:
         kind = KINDS[kind_name]
         resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
         if not allows(kind.api_group, resource, verb, with_secrets=self.read_secrets):
             raise AssertionError(f"{verb} {kind.api_group or 'core'}/{resource} is not in PERMISSIONS")
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
-        _, url, headers, data, _ = self.api_client.param_serialize(
-            method=method,
-            resource_path=kind.path(namespace, name, subresource),
-            query_params=list((query or {}).items()),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
         where = f"{kind_name} {namespace}/{name or (body or {}).get('metadata', {}).get('name')}"
+        connect, read = self.timeout
+        if timeout is not None:
+            connect, read = min(connect, timeout), min(read, timeout)
+        limits = aiohttp.ClientTimeout(total=read + connect, sock_connect=connect, sock_read=read)
         try:
-            response = self.api_client.call_api(method, url, header_params=headers, body=data, _request_timeout=self.timeout)
-            response.read()
-        except (Urllib3Error, OSError, TimeoutError) as exc:
+            async with self._client().request(
+                method, self.host + kind.path(namespace, name, subresource), params=query,
+                data=None if body is None else json.dumps(body), headers=self._headers(method, body),
+                timeout=limits, server_hostname=self._server_hostname,
+            ) as response:
+                status, data = response.status, await response.read()
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise KubeTemporaryError(f"{method} {where}: {type(exc).__name__}: {exc}", delay=RETRY_DELAY_S) from exc
-        status = response.status
         if self.on_response is not None:
             self.on_response(method, kind_name, status)
         if 200 <= status < 300:
-            return json.loads(response.data) if response.data else {}
+            return json.loads(data) if data else {}
         if status == 404 and missing_ok:
             return None
-        detail = _reason(response.data)
+        detail = _reason(data)
         if status == 404 and method == "POST":
             message = f"cannot create {where}: {kind.api_version}/{kind.plural} is not served here (is its CRD installed?)"
             raise KubeTemporaryError(message, slow=True, status=status)
@@ -192,6 +227,32 @@ class Kube:
         if status in (408, 409, 429) or status >= 500 or status == 404:
             raise KubeTemporaryError(f"{method} {where}: HTTP {status}: {detail}", status=status)
         raise KubePermanentError(f"{method} {where}: HTTP {status}: {detail}", status=status)
+
+
+def _ssl_context(configuration: Configuration) -> ssl.SSLContext:
+    """TLS as the official client sets it up: the cluster CA, client certificates, verify."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif configuration.assert_hostname is False:
+        context.check_hostname = False
+    return context
+
+
+def load_configuration() -> Configuration:
+    """Credentials from the in-cluster service account, else $KUBECONFIG (read now, not at
+    import time). Raises kubernetes.config.ConfigException when there are none."""
+    from kubernetes import config as k8s_config
+
+    configuration = Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    else:
+        k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration)
+    return configuration
 
 
 def _reason(data: bytes | None) -> str:

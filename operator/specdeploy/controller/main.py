@@ -1,9 +1,11 @@
 """The kopf wiring: an explicit registry, startup settings, login, the reconcile handler and
 the readiness mirror. `run()` is what `specdeploy run` and `python -m specdeploy.demo` call.
 
-Handlers are thin: they take the client from `memo`, call `Reconciler`, write the status
-changes through kopf's `patch` (or the status subresource, for the mirror), post Events and
-turn a transient failure into `kopf.TemporaryError`. There is no timer, daemon or delete
+Handlers are thin and asynchronous: they take the client from `memo`, await `Reconciler`
+within the reconcile time budget (SPECDEPLOY_RECONCILE_BUDGET_S), write the status changes
+through kopf's `patch` (or the status subresource, for the mirror), post Events and turn a
+transient failure into `kopf.TemporaryError`. Nothing blocks kopf's event loop: the API client
+is aiohttp, and CPU-bound work and Hub reads run in the bounded pools of `offload.py`. There is no timer, daemon or delete
 handler, so kopf adds no finalizer: deleting the resource never waits for the operator, and
 the children go with it through their ownerReferences. The telemetry (pods' /metrics ->
 status.speculation) is one operator-wide loop, registered by `telemetry.register`.
@@ -11,6 +13,7 @@ status.speculation) is one operator-wide loop, registered by `telemetry.register
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import os
@@ -24,8 +27,9 @@ from kubernetes import config as k8s_config
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from specdeploy.controller import LOG_FORMATS, leader, telemetry, webhook
 from specdeploy.controller.diffbase import DigestDiffBaseStorage
-from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
+from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration, request_timeout
 from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
+from specdeploy.controller.offload import reconcile_budget
 from specdeploy.controller.reconcile import Reconciler, Result, owner_of
 from specdeploy.controller import state
 from specdeploy.render.labels import MANAGED_BY
@@ -47,7 +51,7 @@ def _now() -> str:
 
 
 @kopf.on.startup(registry=registry)
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Own prefixes for kopf's bookkeeping, explicit watch timeouts, events for warnings,
     and the API client every handler uses."""
     settings.persistence.finalizer = f"{API_GROUP}/finalizer"
@@ -62,16 +66,30 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Explicit Events only (condition transitions, invalid specs) plus kopf's own warnings.
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING
-    settings.execution.max_workers = 32
-    memo.kube = Kube(_api_client(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true",
+    # Every handler is a coroutine; kopf's thread pool only serves its own sync helpers.
+    settings.execution.max_workers = 4
+    memo.budget_s = reconcile_budget()
+    memo.over_budget = set()  # (namespace, name, uid) cut off by the budget since their last full reconcile
+    memo.kube = Kube(load_configuration(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true",
                      on_response=METRICS.on_response)
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
     memo.desired, memo.configs, memo.evaluations = memory.desired, memory.configs, memory.evaluations
+    memo.offload, memo.slots = memory.offload, memory.slots
     # The validating webhook (controller/webhook.py), when the chart enables it.
     settings.admission.server = webhook.server_from_env()
     if webhook.enabled():
         webhook.warm_up()
     _warm_up()
+
+
+@kopf.on.cleanup(registry=registry)
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    kube: Kube | None = getattr(memo, "kube", None)
+    if kube is not None:
+        await kube.close()
+    offload = getattr(memo, "offload", None)
+    if offload is not None:
+        offload.shutdown()
 
 
 def _warm_up() -> None:
@@ -85,12 +103,9 @@ def _warm_up() -> None:
 
 
 def _api_client() -> k8s_client.ApiClient:
-    configuration = k8s_client.Configuration()
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    else:  # read $KUBECONFIG now, not at import time
-        k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration)
-    return k8s_client.ApiClient(configuration)
+    """The official synchronous client: only leader election uses it, in its own thread,
+    before and beside kopf's loop (the `leaderelection` module is written for it)."""
+    return k8s_client.ApiClient(load_configuration())
 
 
 @kopf.on.login(registry=registry)
@@ -119,30 +134,44 @@ def backoff(kind: str, retry: int) -> float:
 
 
 def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
-    return Reconciler(memo.kube, logger, desired=memo.desired, configs=memo.configs, evaluations=memo.evaluations)
+    return Reconciler(memo.kube, logger, desired=memo.desired, configs=memo.configs, evaluations=memo.evaluations,
+                      offload=memo.offload)
 
 
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
-def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
+async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
+    reconciler = _reconciler(memo, logger)
+    meta = body.get("metadata") or {}
+    key = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
     with METRICS.duration.time():
         try:
-            result: Result = _reconciler(memo, logger).reconcile(body, now=_now(), retry=retry)
+            async with memo.slots.held():  # waiting for a slot is not the CR's time
+                result: Result = await asyncio.wait_for(reconciler.reconcile(body, now=_now(), retry=retry), memo.budget_s)
+        except asyncio.TimeoutError as exc:  # over budget: say so, retry later; the others go on
+            METRICS.reconciles.labels("timeout").inc()
+            logger.warning("Reconcile took longer than its %g s budget; retrying", memo.budget_s)
+            result = reconciler.over_budget(body, memo.budget_s, now=_now(), announce=key not in memo.over_budget)
+            memo.over_budget.add(key)
+            for field, value in result.status_patch.items():
+                patch.status[field] = value
+            _post(body, result.events)
+            raise kopf.TemporaryError(result.retry or "over budget", delay=backoff("api", retry)) from exc
         except KubeTemporaryError as exc:  # reading the CR itself failed: nothing decided yet
             METRICS.reconciles.labels("retry").inc()
             raise kopf.TemporaryError(str(exc), delay=backoff("slow" if exc.slow else "api", retry)) from exc
         except Exception as exc:  # a bug: say so in status rather than leave none
             METRICS.reconciles.labels("error").inc()
             logger.exception("Reconcile failed unexpectedly")
-            result = _reconciler(memo, logger).failed(body, exc, now=_now())
-            for key, value in result.status_patch.items():
-                patch.status[key] = value
+            result = reconciler.failed(body, exc, now=_now())
+            for field, value in result.status_patch.items():
+                patch.status[field] = value
             _post(body, result.events)
             raise kopf.TemporaryError(result.retry or str(exc), delay=backoff("api", retry)) from exc
-    for key, value in result.status_patch.items():
-        patch.status[key] = value
-    meta = body.get("metadata") or {}
+    memo.over_budget.discard(key)
+    for field, value in result.status_patch.items():
+        patch.status[field] = value
     status = {**(body.get("status") or {}), **result.status_patch}
     METRICS.state.observe(meta.get("namespace", ""), meta.get("name", ""), status)
     _post(body, result.events)
@@ -158,64 +187,65 @@ def _deleted(type: str | None, **_: Any) -> bool:
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="forget", when=_deleted, registry=registry)
-def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted CR: drop what we remembered for it (its children go by garbage collection)."""
     meta = body.get("metadata") or {}
     memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
+    memo.over_budget.discard((meta.get("namespace"), meta.get("name"), meta.get("uid")))
     METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
 
 
-def _child_event(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, *, workload: bool) -> None:
+async def _child_event(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, *, workload: bool) -> None:
     reconciler = _reconciler(memo, logger)
     try:
-        reconciler.heal(body, type)
+        await reconciler.heal(body, type)
     except (KubeTemporaryError, KubePermanentError) as exc:  # the next event or resync retries
         logger.warning("Could not put back %s %s: %s", body.get("kind"), (body.get("metadata") or {}).get("name"), exc)
     # A workload with no status yet carries no readiness news (the reconcile that created it
     # wrote the status); skipping it saves reading the parent on every create.
     if workload and (type == "DELETED" or body.get("status")):
-        _mirror(body, type, memo, logger)
+        await _mirror(body, type, memo, logger)
 
 
-def _mirror(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger) -> None:
+async def _mirror(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger) -> None:
     meta = body.get("metadata") or {}
     owner, namespace = owner_of(body), meta.get("namespace")
     if owner is None or not namespace:
         return
     kube: Kube = memo.kube
-    parent = kube.get(KIND, namespace, owner[0])
+    parent = await kube.get(KIND, namespace, owner[0])
     if parent is None or (parent.get("status") or {}).get("workload") != f"{body.get('kind')}/{meta.get('name')}":
         return  # not (or no longer) the workload this parent serves from
     workload = None if type == "DELETED" else dict(body)
     result = _reconciler(memo, logger).mirror(parent, workload, now=_now())
     if result.status_patch:
-        kube.merge_patch(KIND, namespace, owner[0], {"status": result.status_patch}, subresource="status")
+        await kube.merge_patch(KIND, namespace, owner[0], {"status": result.status_patch}, subresource="status")
         METRICS.state.observe(namespace, owner[0], {**(parent.get("status") or {}), **result.status_patch})
         _post(parent, result.events)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=_CHILD_FILTER, id="mirror-deployment", registry=registry)
-def mirror_deployment(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+async def mirror_deployment(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Deployment drift and readiness -> put it back; the parent's Available/Ready/readyReplicas."""
-    _child_event(body, type, memo, logger, workload=True)
+    await _child_event(body, type, memo, logger, workload=True)
 
 
 @kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=_CHILD_FILTER, id="mirror-lws", registry=registry)
-def mirror_leader_worker_set(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+async def mirror_leader_worker_set(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """LeaderWorkerSet drift and readiness -> put it back; the parent's Available/Ready/readyReplicas."""
-    _child_event(body, type, memo, logger, workload=True)
+    await _child_event(body, type, memo, logger, workload=True)
 
 
 @kopf.on.event("", "v1", "services", labels=_CHILD_FILTER, id="heal-service", registry=registry)
-def heal_service(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+async def heal_service(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """A hand-edited or deleted Service is put back."""
-    _child_event(body, type, memo, logger, workload=False)
+    await _child_event(body, type, memo, logger, workload=False)
 
 
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=_CHILD_FILTER, id="heal-pdb", registry=registry)
-def heal_pod_disruption_budget(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+async def heal_pod_disruption_budget(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """A hand-edited or deleted PodDisruptionBudget is put back."""
-    _child_event(body, type, memo, logger, workload=False)
+    await _child_event(body, type, memo, logger, workload=False)
 
 
 def configure_logging(log_format: str) -> None:

@@ -57,7 +57,7 @@ class _StateCollector:
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.reconciles = Counter("specdeploy_reconciles", "Reconciles by result (ok, invalid, retry, error)", ["result"], registry=self.registry)
+        self.reconciles = Counter("specdeploy_reconciles", "Reconciles by result (ok, invalid, retry, timeout, error)", ["result"], registry=self.registry)
         self.duration = Histogram("specdeploy_reconcile_duration_seconds", "Time one reconcile took", registry=self.registry,
                                   buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
         self.api_errors = Counter("specdeploy_api_errors", "Kubernetes API responses with an error status", ["method", "kind", "code"], registry=self.registry)

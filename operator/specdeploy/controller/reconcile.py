@@ -5,17 +5,22 @@ workload between reconciles, and `heal`, which puts back a child that drifted or
 Both reconcile and mirror return the status *changes* against the live object, as the API
 server stores them (no nulls), so a reconcile of an unchanged object writes nothing. The kopf
 wiring is in `main.py`.
+
+Everything here runs on kopf's event loop: API calls are awaited, and the CPU-bound work
+(spec parsing, config parsing, `pipeline.evaluate`) and the blocking Hub reads go to the
+bounded pools of `offload.py`, so one CR's slow config never holds up another's reconcile.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from specdeploy.api.parse import parse_spec
 from specdeploy.api.spec import KIND, DraftSpec, ModelSource, SpeculativeDeploymentSpec
-from specdeploy.controller.apply import Applied, apply_child, covers, owned_by, prune
+from specdeploy.controller.apply import Applied, apply_child, covers, owned_by, owned_children, prune
 from specdeploy.controller.conditions import (
     Verdict,
     WorkloadState,
@@ -24,16 +29,21 @@ from specdeploy.controller.conditions import (
     verdicts_from,
     workload_verdicts,
 )
-from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
+from specdeploy.controller.offload import BUDGET_ENV, OffLoop
 from specdeploy.controller import state
-from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache
+from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests
 from specdeploy.pipeline import ModelInputs, evaluate
-from specdeploy.render import child_names, endpoint, invalid_names, render_manifests, selector_string
+from specdeploy.render import endpoint, invalid_names, render_manifests, selector_string
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
 from specdeploy.findings import VALIDATION_STAGES, Severity
 
 _WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 STALE_CONFIG = "ConfigRefreshRetrying"
+OVER_BUDGET = "ReconcileTimeout"
+# A ConfigMap read gives up sooner than other API calls: a read that hangs must end as
+# "refresh retrying" (the last good config kept) well inside the reconcile's time budget.
+CONFIG_READ_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -116,20 +126,23 @@ class Reconciler:
     share it)."""
 
     def __init__(self, kube: Kube, logger: logging.Logger, *, desired: DesiredChildren | None = None,
-                 configs: ConfigCache | None = None, evaluations: EvaluationCache | None = None):
+                 configs: ConfigCache | None = None, evaluations: EvaluationCache | None = None,
+                 offload: OffLoop | None = None):
         self.kube = kube
         self.logger = logger
         memory = state.current()
         self.desired = desired if desired is not None else memory.desired
         self.configs = configs if configs is not None else memory.configs
         self.evaluations = evaluations if evaluations is not None else memory.evaluations
+        self.offload = offload if offload is not None else memory.offload
+        self.slots = memory.slots
 
-    def reconcile(self, body: Mapping[str, Any], *, now: str, retry: int = 0) -> Result:
+    async def reconcile(self, body: Mapping[str, Any], *, now: str, retry: int = 0) -> Result:
         meta = body.get("metadata") or {}
         name, namespace = meta["name"], meta["namespace"]
         # Compute against the live object, not the event's copy: after rapid edits the copy's
         # status may be one write behind, and the last edit must win.
-        live = self.kube.get(KIND, namespace, name)
+        live = await self.kube.get(KIND, namespace, name)
         if live is None:
             return Result({})
         body = live
@@ -143,13 +156,13 @@ class Reconciler:
             desired["observedGeneration"] = generation
         workload_live: list[dict[str, Any] | None] = []  # set when apply already read it
 
-        def finish(retry_message: str | None = None, kind: str = "source", progressing: Verdict | None = None) -> Result:
+        async def finish(retry_message: str | None = None, kind: str = "source", progressing: Verdict | None = None) -> Result:
             try:
                 if workload_live:
                     live_wl = workload_live[0]
                     workload = WorkloadState.from_live(live_wl) if live_wl is not None else None
                 else:
-                    workload = self._live_workload(namespace, desired.get("workload") or previous.get("workload"))
+                    workload = await self._live_workload(namespace, desired.get("workload") or previous.get("workload"))
             except KubeTemporaryError as exc:  # keep the workload verdicts we had
                 retry_message, kind = retry_message or str(exc), "api"
             else:
@@ -168,37 +181,42 @@ class Reconciler:
             return Result(_changes(previous, desired), events, retry_message, kind)
 
         # 1. parse
-        spec, spec_findings = parse_spec(dict(body.get("spec") or {}))
+        spec, spec_findings = await self.offload.run(self.offload.cpu, None, lambda: parse_spec(dict(body.get("spec") or {})))
         if spec is None:
             desired["findings"] = [f.to_dict() for f in spec_findings]
             first = desired["findings"][0]
             verdicts["Validated"] = Verdict("False", "InvalidSpec", f"{first['field']}: {first['message']}")
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "the spec does not parse")
-            return finish()
+            return await finish()
 
         # 2. resolve configs (the last good ones when a read fails transiently)
         try:
-            target, draft, stale = self._resolve(spec, namespace)
+            async with self.slots.released():  # a read may stall: not while holding a slot
+                target, draft, stale = await self._resolve(spec, namespace)
         except SourceUnavailable as exc:
             why = f"{exc.field}: {exc.message}"
             current = previous.get("observedGeneration") == generation
             if current and verdicts.get("Validated", Verdict("Unknown", "")).status == "True":
                 # Nothing changed in the spec: the verdict and the workload stand.
                 verdicts["Validated"] = Verdict("True", STALE_CONFIG, f"the last good verdict stands; refreshing the config failed: {why} (retrying)")
-                return finish(retry_message=why)
+                return await finish(retry_message=why)
             verdicts["Validated"] = Verdict("Unknown", "ConfigUnavailable", f"{why} (retrying)")
-            return finish(retry_message=why)
+            return await finish(retry_message=why)
         except SourceInvalid as exc:
             desired["findings"] = [{"code": "config-invalid", "severity": "error", "stage": "config", "field": exc.field, "message": exc.message}]
             verdicts["Validated"] = Verdict("False", "ConfigInvalid", f"{exc.field}: {exc.message}")
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "the model config could not be read")
-            return finish()
+            return await finish()
 
         # 3. evaluate (validation + plan)
         k_in_force = _k_in_force(previous)
-        key = EvaluationCache.key(body.get("spec"), target.config, target.weight_bytes,
-                                  draft.config if draft else None, draft.weight_bytes if draft else None, k_in_force)
-        evaluation = self.evaluations.get_or_compute(key, lambda: evaluate(spec, target, draft, k_in_force=k_in_force))
+        cpu = self.offload.cpu
+        key = await self.offload.run(cpu, None, lambda: EvaluationCache.key(
+            body.get("spec"), target.config, target.weight_bytes, draft.config if draft else None,
+            draft.weight_bytes if draft else None, k_in_force))
+        async with self.slots.released():
+            evaluation = await self.evaluations.get_or_compute(key, lambda: self.offload.run(
+                cpu, ("evaluate", key), lambda: evaluate(spec, target, draft, k_in_force=k_in_force)))
         desired["findings"] = [f.to_dict() for f in evaluation.findings]
         def summary(errors: list) -> str:
             return f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
@@ -207,14 +225,14 @@ class Reconciler:
         if not evaluation.validated:
             verdicts["Validated"] = Verdict("False", "ValidationFailed", summary([f for f in errors if f.stage in VALIDATION_STAGES]))
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "fix the findings first")
-            return finish()
+            return await finish()
         if stale is not None:
             verdicts["Validated"] = Verdict("True", STALE_CONFIG, f"valid with the last config read; refreshing it failed: {stale.field}: {stale.message} (retrying)")
         else:
             verdicts["Validated"] = Verdict("True", "Valid", f"{spec.draft.method} draft is compatible with the target (vLLM {evaluation.vllm_version} rules)")
         if evaluation.plan is None or errors:
             verdicts["Planned"] = Verdict("False", "NoFeasiblePlan", summary(errors) if errors else "no layout fits; see findings")
-            return finish()
+            return await finish()
         plan = evaluation.plan
         verdicts["Planned"] = Verdict(
             "True", "Planned",
@@ -228,7 +246,7 @@ class Reconciler:
         children = render_manifests(spec, plan, name=name, namespace=namespace)
         problems = invalid_names(children)
         if problems:
-            return finish(retry_message, progressing=Verdict("False", "InvalidChildNames", "; ".join(problems)[:2000]))
+            return await finish(retry_message, progressing=Verdict("False", "InvalidChildNames", "; ".join(problems)[:2000]))
         for child in children:
             child["metadata"]["ownerReferences"] = [_owner_reference(body)]
         uid = meta["uid"]
@@ -237,21 +255,23 @@ class Reconciler:
         # are most likely missing, so create first (a 409 falls back to read + patch) and there
         # is nothing of ours to prune.
         first = "workload" not in previous and not entry.children
-        with entry.lock:
+        async with entry.lock:
             # Record first: the watch events our own writes cause then compare equal.
-            entry.children = {(c["kind"], c["metadata"]["name"]): c for c in children}
+            rendered_before = set(entry.children)
+            entry.children = Manifests(children)
             try:
-                applied = [apply_child(self.kube, child, self.logger, assume_missing=first) for child in children]
-                if not first:
-                    keep = set(entry.children)
-                    candidates = [(k, n) for k, n in child_names(name).items()]
-                    prune(self.kube, namespace, uid, candidates, keep, self.logger)
+                applied = [await apply_child(self.kube, child, self.logger, assume_missing=first) for child in children]
+                if not first and (not entry.pruned or set(entry.children) != rendered_before):
+                    # What we own by label, whatever its name (an older operator's too).
+                    owned = await owned_children(self.kube, namespace, name, uid)
+                    await prune(self.kube, namespace, uid, owned, set(entry.children), self.logger)
+                entry.pruned = True
             except KubeTemporaryError as exc:
                 stuck = exc.slow or retry >= 1
                 failed = Verdict("False", "ApplyFailed", f"{exc} (retrying)") if stuck else Verdict("Unknown", "ApplyRetrying", f"{exc} (retrying)")
-                return finish(str(exc), kind="slow" if exc.slow else "api", progressing=failed)
+                return await finish(str(exc), kind="slow" if exc.slow else "api", progressing=failed)
             except KubePermanentError as exc:
-                return finish(retry_message, progressing=Verdict("False", "ApplyFailed", str(exc)))
+                return await finish(retry_message, progressing=Verdict("False", "ApplyFailed", str(exc)))
         workload = applied[0]
         workload_live.append(workload.live)
         desired.update(
@@ -259,7 +279,7 @@ class Reconciler:
             selector=selector_string(name),
             endpoint=endpoint(name, namespace),
         )
-        return finish(retry_message)
+        return await finish(retry_message)
 
     def failed(self, body: Mapping[str, Any], error: BaseException, *, now: str) -> Result:
         """Status for a reconcile that raised unexpectedly (a bug, not a verdict): Ready=False
@@ -275,39 +295,75 @@ class Reconciler:
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
         return Result(_changes(previous, {"conditions": conditions}), _events(old_conditions, conditions), message, "api")
 
-    def _resolve(self, spec: SpeculativeDeploymentSpec, namespace: str) -> tuple[ModelInputs, ModelInputs | None, SourceUnavailable | None]:
+    def over_budget(self, body: Mapping[str, Any], budget_s: float, *, now: str, announce: bool = True) -> Result:
+        """Status for a reconcile cut off by its time budget: Progressing=False with reason
+        ReconcileTimeout and one Warning Event; verdicts already given stand (a serving CR stays
+        Ready: nothing changed in the cluster), a new CR says it is not judged yet. The caller
+        retries with backoff; the slow job keeps running and the retry joins it. `announce`: the
+        first cut-off since the CR last reconciled in time (the caller remembers: the body of a
+        retry may not show the status the previous attempt wrote yet)."""
+        previous = dict(body.get("status") or {})
+        old_conditions = previous.get("conditions") or []
+        verdicts = verdicts_from(old_conditions)
+        message = (f"the reconcile took longer than its {budget_s:g} s budget ({BUDGET_ENV}); "
+                   "the slow step keeps running and the reconcile is retried")
+        verdicts["Progressing"] = Verdict("False", OVER_BUDGET, message)
+        for kind in ("Validated", "Planned"):
+            verdicts.setdefault(kind, Verdict("Unknown", OVER_BUDGET, message))
+        if verdicts.get("Ready", Verdict("Unknown", "")).status != "True":
+            verdicts["Ready"] = Verdict("Unknown", OVER_BUDGET, message)
+        generation = (body.get("metadata") or {}).get("generation")
+        conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
+        before = next((c for c in old_conditions if c.get("type") == "Progressing"), {})
+        events = [("Warning", OVER_BUDGET, message)] if announce and before.get("reason") != OVER_BUDGET else []
+        return Result(_changes(previous, {"conditions": conditions}), events, message, "api")
+
+    async def _resolve(self, spec: SpeculativeDeploymentSpec, namespace: str) -> tuple[ModelInputs, ModelInputs | None, SourceUnavailable | None]:
         token = None
         if spec.hf_token_secret_ref is not None:
             ref = spec.hf_token_secret_ref
-            token = self.kube.read_secret_key(namespace, ref.name, ref.key)
+            token = await self.kube.read_secret_key(namespace, ref.name, ref.key)
+        config_read_s = min(CONFIG_READ_TIMEOUT_S, request_timeout()[1])
 
-        def reader(name: str, key: str) -> str:
+        async def config_map_text(field: str, name: str, key: str) -> str:
             try:
-                text = self.kube.read_config_map_key(namespace, name, key)
+                text = await self.kube.read_config_map_key(namespace, name, key, timeout=config_read_s)
             except KubeTemporaryError as exc:
-                raise SourceUnavailable("configMapRef", str(exc)) from exc
+                raise SourceUnavailable(field, str(exc)) from exc
             if text is None:  # may be created after the CR (GitOps ordering): retry
-                raise SourceUnavailable("configMapRef", f"ConfigMap {namespace}/{name} or its key {key!r} does not exist yet")
+                raise SourceUnavailable(field, f"ConfigMap {namespace}/{name} or its key {key!r} does not exist yet")
             return text
 
-        def read(source: ModelSource | DraftSpec, where: str) -> tuple[ModelInputs, Exception | None]:
-            fetch = lambda: resolve_model(source, where, hf_token=token, configmap_reader=reader, local_files=False)  # noqa: E731
-            if source.config is not None:
-                return fetch(), None
-            return self.configs.read(_source_key(source, namespace), fetch, SourceUnavailable)
+        async def fetch(source: ModelSource | DraftSpec, where: str) -> ModelInputs:
+            text = None
+            if source.config is None and source.config_map_ref is not None:  # read on the loop, parse off it
+                ref = source.config_map_ref
+                text = await config_map_text(f"{where}.configMapRef", ref.name, ref.key)
+            resolve = lambda: resolve_model(source, where, hf_token=token, configmap_reader=lambda _n, _k: text,  # noqa: E731
+                                            local_files=False)
+            if source.config is not None or text is not None:
+                return await self.offload.run(self.offload.cpu, None, resolve)
+            # A Hub read blocks on the network: the I/O pool, one job per (model, revision, token).
+            who = hashlib.sha256(token.encode()).hexdigest()[:16] if token else ""
+            return await self.offload.run(self.offload.io, ("hub", where, *_source_key(source, namespace), who), resolve)
 
-        target, stale = read(spec.target, "spec.target")
+        async def read(source: ModelSource | DraftSpec, where: str) -> tuple[ModelInputs, Exception | None]:
+            if source.config is not None:
+                return await fetch(source, where), None
+            return await self.configs.read(_source_key(source, namespace), lambda: fetch(source, where), SourceUnavailable)
+
+        target, stale = await read(spec.target, "spec.target")
         draft = None
         if spec.draft.has_own_checkpoint:
-            draft, draft_stale = read(spec.draft, "spec.draft")
+            draft, draft_stale = await read(spec.draft, "spec.draft")
             stale = stale or draft_stale
         return target, draft, stale  # type: ignore[return-value]
 
-    def _live_workload(self, namespace: str, ref: str | None) -> WorkloadState | None:
+    async def _live_workload(self, namespace: str, ref: str | None) -> WorkloadState | None:
         if not ref or "/" not in ref:
             return None
         kind, name = ref.split("/", 1)
-        live = self.kube.get(kind, namespace, name) if kind in _WORKLOAD_KINDS else None
+        live = await self.kube.get(kind, namespace, name) if kind in _WORKLOAD_KINDS else None
         return WorkloadState.from_live(live) if live is not None else None
 
     def mirror(self, parent: Mapping[str, Any], workload_body: Mapping[str, Any] | None, *, now: str) -> Result:
@@ -327,7 +383,7 @@ class Reconciler:
             desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
         return Result(_changes(previous, desired), _events(old_conditions, conditions))
 
-    def heal(self, child: Mapping[str, Any], event_type: str | None) -> Applied | None:
+    async def heal(self, child: Mapping[str, Any], event_type: str | None) -> Applied | None:
         """A child event: put back what drifted or vanished, delete what we own and no longer
         render. Does nothing for CRs this process has not reconciled yet (resume will)."""
         meta = child.get("metadata") or {}
@@ -343,11 +399,11 @@ class Reconciler:
         gone = event_type == "DELETED"
         if want is not None and not gone and covers(dict(child), want):
             return None  # as rendered: the common case costs no request
-        with entry.lock:
+        async with entry.lock:
             if want is not None:
-                return apply_child(self.kube, want, self.logger)  # re-reads the live object first
-            if not gone and (kind, name) in child_names(parent).items() and owned_by(dict(child), uid):
-                return (prune(self.kube, namespace, uid, [(kind, name)], set(), self.logger) or [None])[0]
+                return await apply_child(self.kube, want, self.logger)  # re-reads the live object first
+            if not gone and owned_by(dict(child), uid):  # ours, under a name we no longer render
+                return (await prune(self.kube, namespace, uid, [dict(child)], set(entry.children), self.logger) or [None])[0]
         return None
 
 

@@ -3,29 +3,54 @@ from the resume reconcile): the children each CR should have, and the last confi
 
 - `DesiredChildren`: the manifests the last successful plan rendered, per CR. The child watch
   compares every child event with them, so a hand edit or a deleted child is put back at once
-  (drift), without re-reading configs or re-planning. Each CR has a lock: a reconcile and a
-  child event never apply the same CR's children at the same time.
+  (drift), without re-reading configs or re-planning. Each CR has an asyncio lock: a reconcile
+  and a child event never apply the same CR's children at the same time (both run on the loop).
 - `ConfigCache`: the last config read per (source, model, revision), so a Hub outage or a
   ConfigMap read timeout keeps the last good verdict instead of flipping a serving model.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping
 
+from specdeploy.controller.offload import OffLoop, Slots
 from specdeploy.pipeline import ModelInputs
 
 Key = tuple[str, str]  # (namespace, name)
 
 
+class Manifests(Mapping[tuple[str, str], dict[str, Any]]):
+    """Rendered children by (kind, name), kept as compact JSON text and decoded on each read
+    (a fresh dict: callers may change it): every CR's manifests stay in memory, and as Python
+    dicts they cost several times their text."""
+
+    def __init__(self, children: Iterable[dict[str, Any]] = ()) -> None:
+        self._text = {(c["kind"], c["metadata"]["name"]): json.dumps(c, separators=(",", ":")) for c in children}
+
+    def __getitem__(self, key: tuple[str, str]) -> dict[str, Any]:
+        return json.loads(self._text[key])
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._text)
+
+    def __len__(self) -> int:
+        return len(self._text)
+
+
 @dataclass
 class Desired:
     uid: str
-    children: dict[tuple[str, str], dict[str, Any]]  # (kind, name) -> manifest
-    lock: threading.RLock = field(default_factory=threading.RLock)
+    children: Manifests  # (kind, name) -> manifest
+    # Owned children listed and pruned by label since this process took the CR on; after that
+    # the child watch deletes strays, and a list is needed only when the rendered set changes.
+    pruned: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class DesiredChildren:
@@ -38,7 +63,7 @@ class DesiredChildren:
         with self._guard:
             entry = self._entries.get((namespace, name))
             if entry is None or entry.uid != uid:
-                entry = self._entries[(namespace, name)] = Desired(uid, {})
+                entry = self._entries[(namespace, name)] = Desired(uid, Manifests())
             return entry
 
     def get(self, namespace: str, name: str) -> Desired | None:
@@ -64,10 +89,10 @@ class ConfigCache:
         self._size = size
         self._guard = threading.Lock()
 
-    def read(self, key: tuple[str, ...], fetch: Callable[[], ModelInputs],
-             transient: type[Exception]) -> tuple[ModelInputs, Exception | None]:
+    async def read(self, key: tuple[str, ...], fetch: Callable[[], Awaitable[ModelInputs]],
+                   transient: type[Exception]) -> tuple[ModelInputs, Exception | None]:
         try:
-            value = fetch()
+            value = await fetch()
         except transient as exc:
             with self._guard:
                 cached = self._items.get(key)
@@ -93,18 +118,15 @@ class EvaluationCache:
 
     @staticmethod
     def key(*parts: Any) -> str:
-        import hashlib
-        import json
-
         canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
-    def get_or_compute(self, key: str, compute: Callable[[], Any]) -> Any:
+    async def get_or_compute(self, key: str, compute: Callable[[], Awaitable[Any]]) -> Any:
         with self._guard:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        value = compute()
+        value = await compute()
         with self._guard:
             self._items[key] = value
             while len(self._items) > self._size:
@@ -121,6 +143,8 @@ class Memory:
     desired: DesiredChildren = field(default_factory=DesiredChildren)
     configs: ConfigCache = field(default_factory=ConfigCache)
     evaluations: EvaluationCache = field(default_factory=EvaluationCache)
+    offload: OffLoop = field(default_factory=OffLoop)
+    slots: Slots = field(default_factory=Slots)
 
 
 _current = Memory()
@@ -132,5 +156,6 @@ def current() -> Memory:
 
 def fresh() -> Memory:
     global _current
+    _current.offload.shutdown()
     _current = Memory()
     return _current

@@ -5,7 +5,8 @@ SpeculationEffective condition when the counters moved.
 One loop for every SpeculativeDeployment the operator sees, not a kopf timer per object: kopf
 puts a finalizer on objects with timers or daemons, and this operator keeps deletion free of
 finalizers (docs/install.md). The objects come from a watch-event handler; the loop runs as an
-asyncio task from startup to cleanup and does its blocking I/O in a worker thread.
+asyncio task from startup to cleanup: its API calls are the operator's asyncio client, and only
+the pods' /metrics reads (urllib, 3 s timeout) run in threads, at most 8 at a time.
 
 The rules (parsing, the window, the goodput model, the verdict) are in `specdeploy.telemetry`;
 this module only fetches, remembers the window between scrapes, and writes.
@@ -23,7 +24,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -143,28 +143,29 @@ class Telemetry:
     def track(self, body: Mapping[str, Any], deleted: bool) -> None:
         meta = body.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
+        slim = _slim(body)
         with self._lock:
             if deleted:
                 self._tracked.pop(key, None)
             elif key in self._tracked:
-                self._tracked[key].body = dict(body)
+                self._tracked[key].body = slim
             else:
-                self._tracked[key] = _Tracked(dict(body), Window(self.window_s))
+                self._tracked[key] = _Tracked(slim, Window(self.window_s))
 
-    def tick(self, now_s: float | None = None) -> None:
+    async def tick(self, now_s: float | None = None) -> None:
         """One scrape of every tracked object (the loop calls it once per interval)."""
         now_s = time.time() if now_s is None else now_s
         with self._lock:
             items = list(self._tracked.items())
         for key, tracked in items:
             try:
-                self.observe(tracked, now_s)
+                await self.observe(tracked, now_s)
             except (KubeTemporaryError, KubePermanentError) as exc:
                 self.logger.warning("telemetry for %s/%s: %s", *key, exc)
             except Exception:  # one object's odd status must not stop the others' telemetry
                 self.logger.exception("telemetry for %s/%s failed", *key)
 
-    def observe(self, tracked: _Tracked, now_s: float) -> dict[str, Any] | None:
+    async def observe(self, tracked: _Tracked, now_s: float) -> dict[str, Any] | None:
         """Scrape one object's pods; returns the status patch it wrote, if any."""
         body = tracked.body
         meta, status = body.get("metadata") or {}, dict(body.get("status") or {})
@@ -175,7 +176,7 @@ class Telemetry:
         k = plan.get("numSpeculativeTokens")
         if tracked.k != k:  # a new k means new pods: acceptance of the old k says nothing of it
             tracked.window, tracked.k = Window(self.window_s), k
-        moved, skipped, read = self._scrape(tracked, namespace, name, now_s)
+        moved, skipped, read = await self._scrape(tracked, namespace, name, now_s)
         if not moved:
             return None
         cost, cost_source = draft_cost(plan.get("method", ""), plan)
@@ -184,53 +185,58 @@ class Telemetry:
         if _spec_k(body) == "auto" and k:
             previous = status.get("speculation") or {}
             change = decide_k(analysis, current_k=k, last_change_s=_seconds(previous.get("numSpeculativeTokensChangedAt")), now_s=now_s)
-        patch = self._write(body, status, analysis, read, skipped, now_s, change)
+        patch = await self._write(body, status, analysis, read, skipped, now_s, change)
         if change is not None:
-            self._roll_out(namespace, name, change, old_k=k)
+            await self._roll_out(namespace, name, change, old_k=k)
         return patch
 
-    def _roll_out(self, namespace: str, name: str, change: KChange, old_k: int) -> None:
+    async def _roll_out(self, namespace: str, name: str, change: KChange, old_k: int) -> None:
         """Re-run the reconcile with the new k in force: it renders it into --speculative-config
         and the workload rolls out as for any spec change. The spec itself is never written.
         If the new k does not plan (it changes the memory fit of some drafts), k goes back, and
         the hourly limit keeps auto from trying again at once."""
-        planned = self._reconcile(namespace, name)
+        planned = await self._reconcile(namespace, name)
         if planned is None or planned == change.k:
             self.logger.info("%s/%s: %s", namespace, name, change.reason)
             return
         now = _utc(time.time())
         why = f"auto: k {change.k} did not plan (see conditions and findings); k {old_k} stays"
-        self.kube.merge_patch(KIND, namespace, name, {"status": {"speculation": {
+        await self.kube.merge_patch(KIND, namespace, name, {"status": {"speculation": {
             "numSpeculativeTokens": old_k, "numSpeculativeTokensReason": why, "numSpeculativeTokensChangedAt": now}}},
             subresource="status")
-        self._reconcile(namespace, name)
+        await self._reconcile(namespace, name)
         self.logger.warning("%s/%s: %s", namespace, name, why)
 
-    def _reconcile(self, namespace: str, name: str) -> int | None:
+    async def _reconcile(self, namespace: str, name: str) -> int | None:
         """One reconcile of the live object, its status written; the k it planned, if any."""
         from specdeploy.controller.reconcile import Reconciler
 
-        fresh = self.kube.get(KIND, namespace, name)
+        fresh = await self.kube.get(KIND, namespace, name)
         if fresh is None:
             return None
-        result = Reconciler(self.kube, self.logger).reconcile(fresh, now=_utc(time.time()))
+        result = await Reconciler(self.kube, self.logger).reconcile(fresh, now=_utc(time.time()))
         if result.status_patch:
-            self.kube.merge_patch(KIND, namespace, name, {"status": result.status_patch}, subresource="status")
+            await self.kube.merge_patch(KIND, namespace, name, {"status": result.status_patch}, subresource="status")
         for type_, reason, message in result.events:
-            self._event(fresh, type_, reason, message, _utc(time.time()))
+            await self._event(fresh, type_, reason, message, _utc(time.time()))
         status = {**(fresh.get("status") or {}), **result.status_patch}
         planned = next((c for c in status.get("conditions") or [] if c.get("type") == "Planned"), {})
         return (status.get("plan") or {}).get("numSpeculativeTokens") if planned.get("status") == "True" else -1
 
-    def _scrape(self, tracked: _Tracked, namespace: str, name: str, now_s: float) -> tuple[bool, list[tuple[str, str]], int]:
+    async def _scrape(self, tracked: _Tracked, namespace: str, name: str, now_s: float) -> tuple[bool, list[tuple[str, str]], int]:
         wanted_labels = selector_labels(name).items()  # also client-side: the selector is the contract
-        pods = [p for p in self.kube.list("Pod", namespace, selector_string(name))
+        pods = [p for p in await self.kube.list("Pod", namespace, selector_string(name))
                 if wanted_labels <= ((p.get("metadata") or {}).get("labels") or {}).items()]
         targets = scrape_targets(pods)
         skipped = [(pod, why) for pod, url, why in targets if url is None]
         wanted = [(pod, url) for pod, url, _ in targets if url is not None]
-        with ThreadPoolExecutor(max_workers=MAX_PARALLEL_SCRAPES) as pool:
-            results = list(pool.map(lambda t: self._read(*t), wanted))
+        slots = asyncio.Semaphore(MAX_PARALLEL_SCRAPES)
+
+        async def read_one(pod: str, url: str) -> tuple[Any, str | None]:
+            async with slots:
+                return await asyncio.to_thread(self._read, pod, url)
+
+        results = await asyncio.gather(*(read_one(pod, url) for pod, url in wanted))
         moved, read = False, 0
         for (pod, _), (counters, why) in zip(wanted, results):
             if counters is None:
@@ -253,7 +259,7 @@ class Telemetry:
         except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:
             return None, f"GET {url}: {type(exc).__name__}: {getattr(exc, 'reason', exc)}"
 
-    def _write(self, body: Mapping[str, Any], status: dict[str, Any], analysis: Analysis, read: int,
+    async def _write(self, body: Mapping[str, Any], status: dict[str, Any], analysis: Analysis, read: int,
                skipped: list[tuple[str, str]], now_s: float, change: KChange | None = None) -> dict[str, Any] | None:
         meta = body["metadata"]
         previous = status.get("speculation") or {}
@@ -274,7 +280,7 @@ class Telemetry:
             # A merge patch replaces the whole list, and the reconcile owns every other condition:
             # rebuild it from the live object, and let the API server refuse (409) if the object
             # moves between this read and the write (the next interval tries again).
-            live = self.kube.get(KIND, meta["namespace"], meta["name"])
+            live = await self.kube.get(KIND, meta["namespace"], meta["name"])
             if live is None:
                 return None
             live_conditions = list((live.get("status") or {}).get("conditions") or [])
@@ -285,16 +291,16 @@ class Telemetry:
         body_patch: dict[str, Any] = {"status": patch}
         if "conditions" in patch:
             body_patch["metadata"] = {"resourceVersion": live["metadata"].get("resourceVersion")}
-        self.kube.merge_patch(KIND, meta["namespace"], meta["name"], body_patch, subresource="status")
+        await self.kube.merge_patch(KIND, meta["namespace"], meta["name"], body_patch, subresource="status")
         if change is not None:
-            self._event(body, "Normal", "SpeculativeTokensChanged", change.reason, now)
+            await self._event(body, "Normal", "SpeculativeTokensChanged", change.reason, now)
         before = next((c for c in old_conditions if c.get("type") == CONDITION), {})
         if before.get("status") != analysis.verdict.status and analysis.verdict.status != "Unknown":
-            self._event(body, "Warning" if analysis.verdict.status == "False" else "Normal", analysis.verdict.reason,
+            await self._event(body, "Warning" if analysis.verdict.status == "False" else "Normal", analysis.verdict.reason,
                         f"{CONDITION}={analysis.verdict.status}: {analysis.verdict.message}", now)
         return patch
 
-    def _event(self, body: Mapping[str, Any], type_: str, reason: str, message: str, now: str) -> None:
+    async def _event(self, body: Mapping[str, Any], type_: str, reason: str, message: str, now: str) -> None:
         """A core/v1 Event on the object (kopf.event needs a handler's context; this loop has none)."""
         meta = body["metadata"]
         event = {
@@ -307,9 +313,21 @@ class Telemetry:
             "source": {"component": "specdeploy"}, "reportingComponent": "specdeploy",
         }
         try:
-            self.kube.create(event)
+            await self.kube.create(event)
         except (KubeTemporaryError, KubePermanentError) as exc:
             self.logger.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
+
+
+def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the scraper reads of a CR, kept for every CR between scrapes: not the spec, whose
+    inline configs would make this a second copy of every object in memory."""
+    meta = body.get("metadata") or {}
+    return {
+        "apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "generation") if k in meta},
+        "spec": {"draft": {"numSpeculativeTokens": _spec_k(body)}},
+        "status": dict(body.get("status") or {}),
+    }
 
 
 def _spec_k(body: Mapping[str, Any]) -> Any:
@@ -341,7 +359,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     """The hook into the kopf wiring: track objects from watch events, run the loop."""
 
     @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="telemetry-track", registry=registry)
-    def track(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    async def track(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
         telemetry: Telemetry | None = getattr(memo, "telemetry", None)
         if telemetry is not None:
             telemetry.track(dict(body), deleted=type == "DELETED")
@@ -365,4 +383,4 @@ def register(registry: kopf.OperatorRegistry) -> None:
 async def _loop(telemetry: Telemetry, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
-        await asyncio.to_thread(telemetry.tick)
+        await telemetry.tick()

@@ -82,14 +82,29 @@ def _refusal(findings: list[Any], extra: str = "") -> Verdict:
     return Verdict(False, "; ".join([*errors, *([extra] if extra else [])])[:4000] or "invalid")
 
 
-def _handle(body: kopf.Body, operation: str | None, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
+CONFIG_MAP_READ_S = 2.0  # admission answers fast; a slow read admits with a warning
+
+
+async def _handle(body: kopf.Body, operation: str | None, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
+    """The verdict is CPU work: it runs in the operator's CPU pool, not on the event loop; its
+    ConfigMap reads are the loop's asyncio client, waited for from that thread."""
     kube = getattr(memo, "kube", None)
-    verdict = admission_verdict(
-        dict(body),
-        read_config_map=kube.read_config_map_key if kube is not None else None,
-        hf_token=os.environ.get("HF_TOKEN") or None,
-        check_name=operation == "CREATE",  # a name cannot change: judge it once
-    )
+    loop = asyncio.get_running_loop()
+
+    def read_config_map(namespace: str, name: str, key: str) -> str | None:
+        read = kube.read_config_map_key(namespace, name, key, timeout=CONFIG_MAP_READ_S)
+        return asyncio.run_coroutine_threadsafe(read, loop).result(CONFIG_MAP_READ_S + 1)
+
+    def judge() -> Verdict:
+        return admission_verdict(
+            dict(body),
+            read_config_map=read_config_map if kube is not None else None,
+            hf_token=os.environ.get("HF_TOKEN") or None,
+            check_name=operation == "CREATE",  # a name cannot change: judge it once
+        )
+
+    offload = getattr(memo, "offload", None)
+    verdict = await offload.run(offload.cpu, None, judge) if offload is not None else await asyncio.to_thread(judge)
     warnings.extend(w[:512] for w in verdict.warnings)
     if not verdict.allowed:
         raise kopf.AdmissionError(verdict.message, code=422)

@@ -54,6 +54,7 @@ _INT_LISTS: dict[str, tuple[int, int, int]] = {
     "full_attn_layers": (1, _LAYERS, _LAYERS),  # 1-based layer numbers (Kimi Linear / K3)
     "no_rope_layers": (0, 1, _LAYERS),  # Llama 4: 0 marks a NoPE (global) layer
     "target_layer_ids": (-_LAYERS, _LAYERS, _LAYERS),  # EAGLE3 / DFlash / DSpark hidden-state taps
+    "compress_ratios": (0, 1 << 20, _LAYERS),  # DeepSeek-V4: KV compression ratio per layer (planning/compressed_mla.py)
 }
 # Keys whose value is a list of strings (layer_types: one per layer).
 _STRING_LISTS: dict[str, int] = {"layer_types": _LAYERS}
@@ -137,6 +138,12 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
         if not (isinstance(value, bool) or _is_int(value) and 0 <= value <= _POSITIONS):
             return f"{where} is {_show(value)}; a sliding window is a token count in 0..{_POSITIONS} (or null)"
         return None
+    if key == "use_sliding_window" and not isinstance(value, bool):
+        return f"{where} must be true or false (got {json_type(value)} {_show(value)})"
+    if key == "compress_rates":  # DeepSeek-V4 in transformers' form: layer type -> compression ratio
+        if not isinstance(value, dict) or len(value) > 64 or not all(_is_int(v) and 0 <= v <= 1 << 20 for v in value.values()):
+            return f"{where} must map layer type names to integer compression ratios (got {json_type(value)} {_show(value)})"
+        return None
     if key == "group_size":
         if not _is_int(value) or not (value == -1 or 1 <= value <= _WIDTH):
             return f"{where} is {_show(value)}; a quantization group size is a positive integer, or -1 for per-channel"
@@ -201,4 +208,4 @@ def config_bound_findings(raw: dict[str, Any], field_prefix: str) -> list[Findin
 
 # Every key this module bounds, for the test that keeps it in step with what the rules read.
 BOUNDED_KEYS = frozenset(_INTS) | frozenset(_INT_LISTS) | frozenset(_STRING_LISTS) | frozenset(_NUMBERS) | frozenset(
-    _DICTS) | frozenset(_STRINGS) | frozenset(_PATTERNS) | {"group_size", "factor", "architectures", "sliding_window"}
+    _DICTS) | frozenset(_STRINGS) | frozenset(_PATTERNS) | {"group_size", "factor", "architectures", "sliding_window", "use_sliding_window", "compress_rates"}

@@ -31,6 +31,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from specdeploy.planning import compressed_mla
+
 FULL, MLA, INDEXER, SLIDING, CHUNKED, STATE = "full", "mla", "indexer", "sliding_window", "chunked_local", "state"
 FULL_KINDS = frozenset({FULL, MLA, INDEXER})  # every block of max_model_len, one group if alone
 FP8_DS_MLA_BYTES = 656  # MLAAttentionSpec page per token with cache_dtype_str fp8_ds_mla
@@ -57,6 +59,8 @@ class LayerCache:
     state_bytes: int = 0
     model: str = "target"
     checkpoint_blocks: int = 0  # extra state pages in align mode (KDA prefill checkpoints)
+    block_size: int = 0  # the layer's own block size (DeepSeek-V4's packed caches); 0: the backend's
+    page_bytes: int = 0  # its page, padded, when block_size is its own
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"model": self.model, "kind": self.kind, "layers": self.layers}
@@ -66,6 +70,8 @@ class LayerCache:
             data["bytesPerToken"] = self.bytes_per_token
         if self.window:
             data["window"] = self.window
+        if self.block_size:
+            data["blockSize"], data["pageBytes"] = self.block_size, self.page_bytes
         return data
 
 
@@ -147,6 +153,14 @@ def _layer_kinds(text: Any, layers: int) -> list[str]:
     chunk, no_rope = _get(text, "attention_chunk_size"), _get(text, "no_rope_layers")
     if chunk and isinstance(no_rope, list):  # llama4.py: NoPE layers are global, RoPE layers chunked
         return [FULL if i < len(no_rope) and no_rope[i] == 0 else CHUNKED for i in range(layers)]
+    if int(_get(text, "sliding_window", 0) or 0) > 0 and _get(text, "use_sliding_window", True) is not False:
+        # Mistral-7B-v0.1 / Phi-3 style: a model-wide window and no layer_types. Every layer's
+        # Attention takes cache_config.sliding_window (= ModelConfig.get_sliding_window(), the
+        # text config's `sliding_window`; 0 means none) when the model file passes no
+        # per-layer window (model_executor/layers/attention/attention.py, config/model.py).
+        # transformers' config classes already turn `sliding_window_pattern` (Gemma-3, Cohere2)
+        # and Qwen2's `use_sliding_window`/`max_window_layers` into layer_types or None.
+        return [SLIDING] * layers
     return [FULL] * layers
 
 
@@ -158,6 +172,8 @@ def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int
     `model` is a Geometry; `layers` overrides the layer count (MTP drafts build n_predict
     layers of the target's kind)."""
     text = model.text_config
+    if compressed_mla.is_compressed_mla(text, _get):
+        return _compressed_mla_caches(model, pp, kv_cache_dtype, layers, role)
     count = model.num_layers if layers is None else layers
     kinds = _layer_kinds(text, model.num_layers)[:count] if layers is None else [FULL] * count
     per_kind: dict[str, int] = {}
@@ -189,6 +205,33 @@ def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int
         dim = int(_get(text, "index_head_dim", 128))
         out.append(LayerCache(INDEXER, _per_stage(indexers, pp), dim + dim // INDEXER_QUANT_BLOCK * 4, model=role))
     return out
+
+
+def _compressed_mla_caches(model: Any, pp: int, kv_cache_dtype: str, layers: int | None,
+                           role: str) -> list[LayerCache]:
+    """DeepSeek-V4 (planning/compressed_mla.py): the same caches on every TP rank; an MTP
+    draft's layers come after the target's and keep only the sliding window."""
+    text = model.text_config
+    if layers is None:
+        specs = compressed_mla.layer_specs(text, _get, model.num_layers, kv_cache_dtype)
+    else:
+        specs = compressed_mla.layer_specs(text, _get, layers, kv_cache_dtype, first_layer=model.num_layers)
+    counts: dict[compressed_mla.PackedSpec, int] = {}
+    for spec in specs:
+        counts[spec] = counts.get(spec, 0) + 1
+    return [LayerCache(spec.name, _per_stage(n, pp), -(-spec.page_bytes // spec.block_size), spec.window,
+                       model=role, block_size=spec.block_size, page_bytes=spec.page_bytes)
+            for spec, n in counts.items()]
+
+
+def promote_local_to_full(caches: list[LayerCache]) -> list[LayerCache]:
+    """Without the hybrid KV cache manager (`kv_cache_utils.unify_hybrid_kv_cache_specs` ->
+    `_promote_local_kv_cache_specs`), sliding-window and chunked layers beside full ones are
+    allocated as full attention: every block of max_model_len."""
+    if not any(c.kind == FULL for c in caches) or not any(c.kind in (SLIDING, CHUNKED) for c in caches):
+        return caches
+    return [LayerCache(FULL, c.layers, c.bytes_per_token, model=c.model) if c.kind in (SLIDING, CHUNKED) else c
+            for c in caches]
 
 
 def default_block_size(caches: Iterable[LayerCache]) -> int:
@@ -231,6 +274,13 @@ def cache_need(caches: list[LayerCache], *, max_model_len: int, sequences: int =
     caches = [c for c in caches if c.layers]
     if not caches:
         return CacheNeed(0, block_size or GPU_BLOCK_SIZE, 0, 0, 0)
+    if any(c.block_size for c in caches):  # DeepSeek-V4's packed layout: block sizes are the layers' own
+        specs = [compressed_mla.PackedSpec(c.kind, c.block_size, c.page_bytes, c.window)
+                 for c in caches for _ in range(c.layers)]
+        total, per_block, blocks, groups = compressed_mla.packed_need(
+            specs, max_model_len=max_model_len, sequences=sequences, in_flight_tokens=in_flight_tokens,
+            extra_retained_tokens=extra_retained_tokens)
+        return CacheNeed(total, compressed_mla.COMPRESSED_BLOCK, per_block, blocks, groups)
     base = block_size or default_block_size(caches)
     block, state_page = _hybrid_block_size(caches, base)
 

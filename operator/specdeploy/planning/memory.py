@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from specdeploy.geometry import Geometry
 from specdeploy.validation.load import built_draft_tp
-from specdeploy.vllm.drafts import DRAFT_KV_FREE_METHODS, SHARES_TARGET_EMBEDDINGS
-from specdeploy.planning.kv_cache import STATE, CacheNeed, LayerCache, cache_need, model_layer_caches
+from specdeploy.vllm.drafts import DRAFT_KV_FREE_METHODS, SHARES_TARGET_EMBEDDINGS, USE_EAGLE_METHODS
+from specdeploy.planning.kv_cache import (STATE, CacheNeed, LayerCache, cache_need, model_layer_caches,
+                                          promote_local_to_full)
 
 GIB = 1024**3
 _DTYPE_BYTES = {"float32": 2, "float": 2, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "float8_e4m3fn": 1}
@@ -84,8 +85,14 @@ def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int,
     built_tp = built_draft_tp(method, tp, draft_tp) or tp
     if method == "mtp":  # the target's own MTP layers, of the target's attention kind
         layers = (draft.mtp.n_predict if draft.mtp else None) or 1
-        return caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=layers, role="draft")
-    return caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=draft.num_kv_cache_layers, role="draft")
+        caches = caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=layers, role="draft")
+    else:
+        caches = caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=draft.num_kv_cache_layers,
+                                             role="draft")
+    # config/vllm.py: chunked local attention + an EAGLE-style drafter disables the hybrid KV
+    # cache manager, so the chunked layers are allocated as full attention.
+    chunked = target.text_config.get("attention_chunk_size") if isinstance(target.text_config, dict) else None
+    return promote_local_to_full(caches) if chunked and method in USE_EAGLE_METHODS else caches
 
 
 def attention_bytes_per_token(caches: list[LayerCache]) -> int:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry, Models
 from specdeploy.findings import Finding, Stage, error, warning
-from specdeploy.vllm.drafts import DRAFT_AT_TARGET_TP_METHODS, MARKOV_RANK_DSPARK_ARCHITECTURES
+from specdeploy.vllm.drafts import (DRAFT_AT_TARGET_TP_METHODS, DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIELDS,
+                                    MARKOV_RANK_DSPARK_ARCHITECTURES, draft_architectures)
 
 LOAD = Stage.LOAD
 DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
@@ -29,11 +30,41 @@ def _dspark_class(draft: Geometry) -> str | None:
     return next((a for a in draft.architectures if a in MARKOV_RANK_DSPARK_ARCHITECTURES), None)
 
 
+def _dspark_v4_head_fails(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
+    """config/speculative.py names any other dspark draft (and the target itself when there is no
+    draft model) `DSparkDraftModel`, DeepSeek-V4's in-checkpoint DSpark head; its class
+    (models/deepseek_v4/nvidia/dspark.py DSparkDeepseekV4Model.__init__) reads DeepSeek-V4's
+    hyper-connection and DSpark fields from that config with no default. Built on the meta
+    device: a dense Qwen3/Llama checkpoint fails on `hc_mult`, DeepSeek-V4-Flash's own config on
+    `dspark_target_layer_ids`."""
+    target, draft = models.target, models.draft
+    checkpoint = draft if draft is not None and draft is not target else target
+    if checkpoint.model_type == "deepseek_v41" or target.model_type == "deepseek_v41":
+        return []  # DSparkV41DraftModel: another class, not built here
+    if checkpoint is not target and set(draft_architectures("dspark", checkpoint.model_type, checkpoint.architectures)) & DSPARK_ARCHITECTURES:
+        return []
+    raw = draft_config if checkpoint is not target else {}
+    missing = next((f for f in DSPARK_V4_REQUIRED_FIELDS if f not in (raw or {}) and f not in checkpoint.text_config), None)
+    if missing is None:
+        return []
+    which = "the draft's config.json" if checkpoint is not target else "the target's config.json (dspark without a draft model drafts from the target checkpoint)"
+    field = "spec.draft.config" if checkpoint is not target else "spec.target.config"
+    return [error("draft-load-fails", f"{field}.{missing}",
+                  f"vLLM builds this dspark draft as DeepSeek-V4's in-checkpoint DSpark head (DSparkDraftModel, "
+                  f"vllm/models/deepseek_v4/nvidia/dspark.py), whose __init__ reads config.{missing} from {which}: "
+                  f"the pod would fail at model load with AttributeError: the {checkpoint.model_type or 'model'} "
+                  f"config has no attribute '{missing}'. Use a DSpark draft ({', '.join(sorted(DSPARK_ARCHITECTURES))}) "
+                  f"or another method", LOAD)]
+
+
 def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
     """Load failures independent of the layout."""
     target, draft = models.target, models.draft
-    if spec.draft.method != "dspark" or draft is None or draft is target:
+    if spec.draft.method != "dspark":
         return []
+    v4_head = _dspark_v4_head_fails(spec, models, draft_config)
+    if v4_head or draft is None or draft is target:
+        return v4_head
     cls = _dspark_class(draft)
     if cls is None or "markov_rank" in (draft_config or {}):
         return []

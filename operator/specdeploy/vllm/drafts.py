@@ -30,6 +30,15 @@ NO_PIPELINE_PARALLEL = frozenset({"dspark", "mtp"})
 # says: v1/worker/gpu/spec_decode/eagle/utils.py `load_eagle_model` (eagle, eagle3, mtp) and
 # dflash/utils.py `load_dflash_model`; dspark and draft_model build with the draft's.
 DRAFT_AT_TARGET_TP_METHODS = frozenset({"eagle", "eagle3", "mtp", "dflash"})
+# SpeculativeConfig.use_eagle(): drafts on the target's hidden states. With chunked local
+# attention in the target, config/vllm.py turns the hybrid KV cache manager off for them.
+USE_EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
+# What DeepSeek-V4's DSpark head (models/deepseek_v4/nvidia/dspark.py DSparkDeepseekV4Model,
+# the class vLLM builds for a `DSparkDraftModel`) reads from the draft's config with no default,
+# in the order it reads them.
+DSPARK_V4_REQUIRED_FIELDS = ("hidden_size", "hc_mult", "hc_eps", "rms_norm_eps", "num_hidden_layers",
+                             "dspark_target_layer_ids", "vocab_size", "index_topk", "head_dim",
+                             "dspark_markov_rank")
 # DSpark classes whose __init__ reads `config.markov_rank` with no default
 # (models/qwen3_dspark.py, models/gemma4_dspark.py).
 MARKOV_RANK_DSPARK_ARCHITECTURES = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel"})
