@@ -18,6 +18,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, Hashable, TypeVar
 
+from specdeploy.controller.env import env_number
+
 T = TypeVar("T")
 
 BUDGET_ENV = "SPECDEPLOY_RECONCILE_BUDGET_S"
@@ -29,30 +31,17 @@ ORPHAN_TTL_S = 600.0
 DEFAULT_SLOTS = 32
 
 
-def _env_number(name: str, default: float, *, minimum: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum:g}, got {value:g}")
-    return value
-
-
 def reconcile_budget() -> float:
     """Seconds one reconcile may take before it is cut off, said so in status and retried."""
-    return _env_number(BUDGET_ENV, DEFAULT_BUDGET_S, minimum=0.1)
+    return env_number(BUDGET_ENV, DEFAULT_BUDGET_S, minimum=0.1)
 
 
 class OffLoop:
     """The two pools and the jobs in flight, for one operator run (created on its loop)."""
 
     def __init__(self, cpu_workers: int | None = None, io_workers: int | None = None) -> None:
-        cpu = cpu_workers or int(_env_number(CPU_WORKERS_ENV, min(4, os.cpu_count() or 1), minimum=1))
-        io = io_workers or int(_env_number(IO_WORKERS_ENV, 16, minimum=1))
+        cpu = cpu_workers or int(env_number(CPU_WORKERS_ENV, min(4, os.cpu_count() or 1), minimum=1))
+        io = io_workers or int(env_number(IO_WORKERS_ENV, 16, minimum=1))
         self.cpu = ThreadPoolExecutor(max_workers=cpu, thread_name_prefix="specdeploy-cpu")
         self.io = ThreadPoolExecutor(max_workers=io, thread_name_prefix="specdeploy-io")
         self._running: dict[Hashable, asyncio.Future[Any]] = {}
@@ -112,7 +101,7 @@ class Slots:
     so CRs whose configs stall never hold the slots the others need."""
 
     def __init__(self, n: int | None = None) -> None:
-        self.n = n or int(_env_number(SLOTS_ENV, DEFAULT_SLOTS, minimum=1))
+        self.n = n or int(env_number(SLOTS_ENV, DEFAULT_SLOTS, minimum=1))
         self._free: asyncio.Semaphore | None = None
 
     def _semaphore(self) -> asyncio.Semaphore:

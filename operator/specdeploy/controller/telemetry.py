@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import datetime
 import logging
-import os
 import threading
 import time
 import urllib.error
@@ -31,6 +30,7 @@ import kopf
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from specdeploy.api.status import Condition
+from specdeploy.controller.env import env_number
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, selector_labels, selector_string
 from specdeploy.telemetry import Window, analyse, parse_counters
@@ -345,16 +345,6 @@ def _k_reason(body: Mapping[str, Any], previous: Mapping[str, Any]) -> str:
     return "set in spec.draft.numSpeculativeTokens"
 
 
-def _env_seconds(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {os.environ.get(name)!r}") from None
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return value
-
-
 def register(registry: kopf.OperatorRegistry) -> None:
     """The hook into the kopf wiring: track objects from watch events, run the loop."""
 
@@ -366,9 +356,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
 
     @kopf.on.startup(registry=registry)
     async def start_telemetry(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-        interval = _env_seconds(INTERVAL_ENV, DEFAULT_INTERVAL_S)
+        interval = env_number(INTERVAL_ENV, DEFAULT_INTERVAL_S, minimum=0, exclusive=True)
         memo.telemetry = Telemetry(memo.kube, logging.getLogger("specdeploy.telemetry"),
-                                   window_s=_env_seconds(WINDOW_ENV, DEFAULT_WINDOW_S))
+                                   window_s=env_number(WINDOW_ENV, DEFAULT_WINDOW_S, minimum=0, exclusive=True))
         memo.telemetry_task = asyncio.create_task(_loop(memo.telemetry, interval), name="specdeploy-telemetry")
 
     @kopf.on.cleanup(registry=registry)
