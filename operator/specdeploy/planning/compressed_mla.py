@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+
+from specdeploy.planning.config_value import config_value
 
 SWA_BLOCK = 64  # DeepseekV4SWACache(block_size=64)
 COMPRESSED_BLOCK = 256  # DeepseekV4SparseMLABackend / DeepseekV4IndexerBackend kernel block size
@@ -48,36 +50,36 @@ def _pad(size: int, alignment: int) -> int:
     return -(-size // alignment) * alignment
 
 
-def compress_ratios(text: Any, get: Callable[[Any, str, Any], Any]) -> list[int] | None:
+def compress_ratios(text: Any) -> list[int] | None:
     """Each decoder layer's compression ratio (0: sliding window only), or None when the model
     is not DeepSeek-V4-shaped. vLLM's own `DeepseekV4Config` keeps the checkpoint's
     `compress_ratios`; transformers' class restates them as `layer_types` named in
     `compress_rates`, which is read back the same way."""
-    ratios = get(text, "compress_ratios", None)
+    ratios = config_value(text, "compress_ratios", None)
     if isinstance(ratios, list):
         return [int(r or 0) for r in ratios]
-    rates, types = get(text, "compress_rates", None), get(text, "layer_types", None)
+    rates, types = config_value(text, "compress_rates", None), config_value(text, "layer_types", None)
     if isinstance(rates, dict) and isinstance(types, list):
         return [int(rates.get(str(t), 0) or 0) for t in types]
     return None
 
 
-def is_compressed_mla(text: Any, get: Callable[[Any, str, Any], Any]) -> bool:
+def is_compressed_mla(text: Any) -> bool:
     """DeepSeek-V4 layout: per-layer compression ratios beside MLA attention."""
-    return compress_ratios(text, get) is not None
+    return compress_ratios(text) is not None
 
 
-def layer_specs(text: Any, get: Callable[[Any, str, Any], Any], layers: int, kv_cache_dtype: str,
+def layer_specs(text: Any, layers: int, kv_cache_dtype: str,
                 first_layer: int = 0) -> list[PackedSpec]:
     """The caches of decoder layers `first_layer`..`first_layer + layers - 1`, in vLLM's order."""
-    ratios = compress_ratios(text, get) or []
-    num_hidden = int(get(text, "num_hidden_layers", len(ratios)))
-    head_dim = int(get(text, "head_dim", 512))
-    index_dim = int(get(text, "index_head_dim", 128))
+    ratios = compress_ratios(text) or []
+    num_hidden = int(config_value(text, "num_hidden_layers", len(ratios)))
+    head_dim = int(config_value(text, "head_dim", 512))
+    index_dim = int(config_value(text, "index_head_dim", 128))
     packed = kv_cache_dtype in ("auto",) or kv_cache_dtype.startswith("fp8")
     align = FP8_DS_MLA_ALIGN if packed else PLAIN_ALIGN
     row = FP8_DS_MLA_ROW if packed else head_dim * 2
-    window = int(get(text, "sliding_window", 128))
+    window = int(config_value(text, "sliding_window", 128))
     out: list[PackedSpec] = []
     for layer in range(first_layer, first_layer + layers):
         ratio = max(1, int(ratios[layer])) if layer < num_hidden and layer < len(ratios) else 1

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from specdeploy.planning import compressed_mla
+from specdeploy.planning.config_value import config_value
 
 FULL, MLA, INDEXER, SLIDING, CHUNKED, STATE = "full", "mla", "indexer", "sliding_window", "chunked_local", "state"
 FULL_KINDS = frozenset({FULL, MLA, INDEXER})  # every block of max_model_len, one group if alone
@@ -95,65 +96,60 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     return _KV_DTYPE_BYTES.get(kv_cache_dtype, dtype_bytes(model_dtype))
 
 
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    value = obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
-    return default if value is None else value
-
-
 def _per_stage(count: int, pp: int) -> int:
     return math.ceil(count / pp) if count else 0
 
 
 def _indexer_layers(text: Any, layers: int) -> int:
     """Layers that build a DeepseekV32 indexer (models/deepseek_v2.py, IndexCache)."""
-    if _get(text, "index_topk") is None:
+    if config_value(text, "index_topk") is None:
         return 0
-    pattern = _get(text, "index_topk_pattern")
+    pattern = config_value(text, "index_topk_pattern")
     if pattern:
         return sum(1 for i in range(layers) if i >= len(pattern) or pattern[i] != "S")
-    freq, offset = int(_get(text, "index_topk_freq", 1)), int(_get(text, "index_skip_topk_offset", 2))
+    freq, offset = int(config_value(text, "index_topk_freq", 1)), int(config_value(text, "index_skip_topk_offset", 2))
     return sum(1 for i in range(layers) if max(i - offset + 1, 0) % freq == 0)
 
 
 def _state_bytes(text: Any, tp: int, k: int, model_dtype: str, ssm_dtype: str = "auto") -> int:
     """One layer's conv + recurrent state on one rank (mamba_utils.py MambaStateShapeCalculator)."""
     conv_bytes = dtype_bytes(model_dtype)
-    linear = _get(text, "linear_attn_config")
+    linear = config_value(text, "linear_attn_config")
     if isinstance(linear, dict) and linear.get("full_attn_layers"):  # Kimi Linear / K3 KDA
         heads, d = int(linear.get("num_heads", 0)), int(linear.get("head_dim", 0))
         kernel = int(linear.get("short_conv_kernel_size", 4))
         conv = (heads * d * 3) // tp * (kernel - 1 + k)  # q, k and v share one conv state
         recurrent = heads // tp * d * d
         return conv * conv_bytes + recurrent * (4 if ssm_dtype == "auto" else _DTYPE_BYTES[ssm_dtype])  # kda_state_dtype
-    k_heads, v_heads = int(_get(text, "linear_num_key_heads", 0)), int(_get(text, "linear_num_value_heads", 0))
-    k_dim, v_dim = int(_get(text, "linear_key_head_dim", 0)), int(_get(text, "linear_value_head_dim", 0))
-    kernel = int(_get(text, "linear_conv_kernel_dim", 4))
+    k_heads, v_heads = int(config_value(text, "linear_num_key_heads", 0)), int(config_value(text, "linear_num_value_heads", 0))
+    k_dim, v_dim = int(config_value(text, "linear_key_head_dim", 0)), int(config_value(text, "linear_value_head_dim", 0))
+    kernel = int(config_value(text, "linear_conv_kernel_dim", 4))
     conv = (k_dim * k_heads * 2 + v_dim * v_heads) // tp * (kernel - 1 + k)
     recurrent = v_heads // tp * v_dim * k_dim
     # _mamba_state_dtype: the conv dtype under auto; Qwen3.5 configs name `mamba_ssm_dtype`
     # (models/config.py Qwen3_5ForConditionalGenerationConfig).
-    ssm = ssm_dtype if ssm_dtype != "auto" else str(_get(text, "mamba_ssm_dtype", "")).replace("torch.", "")
+    ssm = ssm_dtype if ssm_dtype != "auto" else str(config_value(text, "mamba_ssm_dtype", "")).replace("torch.", "")
     return conv * conv_bytes + recurrent * (_DTYPE_BYTES.get(ssm, conv_bytes) if ssm else conv_bytes)
 
 
 def _layer_kinds(text: Any, layers: int) -> list[str]:
     """Attention kind of every decoder layer, as the model files build them."""
-    linear = _get(text, "linear_attn_config")
+    linear = config_value(text, "linear_attn_config")
     if isinstance(linear, dict) and linear.get("full_attn_layers"):  # Kimi Linear / K3 (1-based)
         full = {int(i) - 1 for i in linear["full_attn_layers"]}
         return [FULL if i in full else STATE for i in range(layers)]
-    layer_types = _get(text, "layer_types")
+    layer_types = config_value(text, "layer_types")
     if isinstance(layer_types, list) and len(layer_types) >= layers:
         names = {"full_attention": FULL, "sliding_attention": SLIDING, "linear_attention": STATE,
                  "chunked_attention": CHUNKED}
         return [names.get(str(t), FULL) for t in layer_types[:layers]]
-    interval = _get(text, "full_attention_interval")
-    if interval and _get(text, "linear_num_value_heads"):  # Qwen3-Next without layer_types
+    interval = config_value(text, "full_attention_interval")
+    if interval and config_value(text, "linear_num_value_heads"):  # Qwen3-Next without layer_types
         return [FULL if (i + 1) % int(interval) == 0 else STATE for i in range(layers)]
-    chunk, no_rope = _get(text, "attention_chunk_size"), _get(text, "no_rope_layers")
+    chunk, no_rope = config_value(text, "attention_chunk_size"), config_value(text, "no_rope_layers")
     if chunk and isinstance(no_rope, list):  # llama4.py: NoPE layers are global, RoPE layers chunked
         return [FULL if i < len(no_rope) and no_rope[i] == 0 else CHUNKED for i in range(layers)]
-    if int(_get(text, "sliding_window", 0) or 0) > 0 and _get(text, "use_sliding_window", True) is not False:
+    if int(config_value(text, "sliding_window", 0) or 0) > 0 and config_value(text, "use_sliding_window", True) is not False:
         # Mistral-7B-v0.1 / Phi-3 style: a model-wide window and no layer_types. Every layer's
         # Attention takes cache_config.sliding_window (= ModelConfig.get_sliding_window(), the
         # text config's `sliding_window`; 0 means none) when the model file passes no
@@ -172,7 +168,7 @@ def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int
     `model` is a Geometry; `layers` overrides the layer count (MTP drafts build n_predict
     layers of the target's kind)."""
     text = model.text_config
-    if compressed_mla.is_compressed_mla(text, _get):
+    if compressed_mla.is_compressed_mla(text):
         return _compressed_mla_caches(model, pp, kv_cache_dtype, layers, role)
     count = model.num_layers if layers is None else layers
     kinds = _layer_kinds(text, model.num_layers)[:count] if layers is None else [FULL] * count
@@ -180,13 +176,13 @@ def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int
     for kind in kinds:
         per_kind[kind] = per_kind.get(kind, 0) + 1
     kv_bytes = kv_dtype_bytes(kv_cache_dtype, model.dtype)
-    sparse = _get(text, "index_topk") is not None
+    sparse = config_value(text, "index_topk") is not None
     out: list[LayerCache] = []
     for kind, n in per_kind.items():
         n = _per_stage(n, pp)
         if kind == STATE:
             # models/kimi_k3/nvidia/kda.py: one prefill checkpoint page where the KDA backend aligns.
-            kda = isinstance(_get(text, "linear_attn_config"), dict)
+            kda = isinstance(config_value(text, "linear_attn_config"), dict)
             out.append(LayerCache(STATE, n, state_bytes=_state_bytes(text, tp, k, model.dtype, mamba_ssm_cache_dtype), model=role,
                                   checkpoint_blocks=1 if kda else 0))
             continue
@@ -198,11 +194,11 @@ def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int
             continue
         heads = max(1, model.num_kv_heads // tp)
         per_token = heads * 2 * model.head_size * kv_bytes
-        window = int(_get(text, "sliding_window", 0)) if kind == SLIDING else int(_get(text, "attention_chunk_size", 0)) if kind == CHUNKED else 0
+        window = int(config_value(text, "sliding_window", 0)) if kind == SLIDING else int(config_value(text, "attention_chunk_size", 0)) if kind == CHUNKED else 0
         out.append(LayerCache(kind if window else FULL, n, per_token, window, model=role))
     indexers = _indexer_layers(text, model.num_layers) if layers is None else (count if sparse else 0)
     if indexers and model.uses_mla:
-        dim = int(_get(text, "index_head_dim", 128))
+        dim = int(config_value(text, "index_head_dim", 128))
         out.append(LayerCache(INDEXER, _per_stage(indexers, pp), dim + dim // INDEXER_QUANT_BLOCK * 4, model=role))
     return out
 
@@ -213,9 +209,9 @@ def _compressed_mla_caches(model: Any, pp: int, kv_cache_dtype: str, layers: int
     draft's layers come after the target's and keep only the sliding window."""
     text = model.text_config
     if layers is None:
-        specs = compressed_mla.layer_specs(text, _get, model.num_layers, kv_cache_dtype)
+        specs = compressed_mla.layer_specs(text, model.num_layers, kv_cache_dtype)
     else:
-        specs = compressed_mla.layer_specs(text, _get, layers, kv_cache_dtype, first_layer=model.num_layers)
+        specs = compressed_mla.layer_specs(text, layers, kv_cache_dtype, first_layer=model.num_layers)
     counts: dict[compressed_mla.PackedSpec, int] = {}
     for spec in specs:
         counts[spec] = counts.get(spec, 0) + 1
