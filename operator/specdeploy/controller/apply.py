@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from specdeploy.controller.kube import Kube, KubeTemporaryError
-from specdeploy.render.labels import MANAGED_BY, OWNER_LABEL, label_value
+from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL, label_value
 
 # Every kind a SpeculativeDeployment's children can have (kind names of controller/kube.py).
 CHILD_KINDS = ("Deployment", "LeaderWorkerSet", "Service", "PodDisruptionBudget")
@@ -98,7 +98,7 @@ def owned_by(live: dict[str, Any], uid: str) -> bool:
     meta = live.get("metadata") or {}
     refs = meta.get("ownerReferences") or []
     ours = any(r.get("uid") == uid and r.get("controller") for r in refs if isinstance(r, dict))
-    return ours and (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == MANAGED_BY
+    return ours and (meta.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
 
 
 async def apply_child(kube: Kube, desired: dict[str, Any], logger: logging.Logger, *, assume_missing: bool = False) -> Applied:
@@ -143,7 +143,7 @@ def owned_selector(cr_name: str) -> str:
     """Every child any version of this operator created for the CR carries these two labels
     (the owner label since the first release, with the CR name as its value where it fits), so
     a label list finds children under names we no longer render, e.g. pre-hash names."""
-    return f"app.kubernetes.io/managed-by={MANAGED_BY},{OWNER_LABEL}={label_value(cr_name)}"
+    return f"{MANAGED_BY_LABEL}={MANAGED_BY},{OWNER_LABEL}={label_value(cr_name)}"
 
 
 async def owned_children(kube: Kube, namespace: str, cr_name: str, uid: str) -> list[dict[str, Any]]:

@@ -32,13 +32,13 @@ from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
 from specdeploy.controller.offload import reconcile_budget
 from specdeploy.controller.reconcile import Reconciler, Result, owner_of
 from specdeploy.controller import state
-from specdeploy.render.labels import MANAGED_BY
+from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL
 
 registry = kopf.OperatorRegistry()
 
 # Opt-in (chart value): read spec.hfTokenSecretRef's Secret to fetch configs of gated repos.
 READ_SECRETS_ENV = "SPECDEPLOY_READ_HF_TOKEN_SECRETS"
-_CHILD_FILTER = {"app.kubernetes.io/managed-by": MANAGED_BY}
+_CHILD_FILTER = {MANAGED_BY_LABEL: MANAGED_BY}
 # Multiplies every retry delay (tests shorten them; 1 in production).
 BACKOFF_SCALE_ENV = "SPECDEPLOY_BACKOFF_SCALE"
 LOG_FORMAT_ENV = "SPECDEPLOY_LOG_FORMAT"  # text (default) | json

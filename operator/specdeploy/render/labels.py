@@ -18,6 +18,7 @@ HTTP_PORT = 8000
 PLAN_HASH_ANNOTATION = f"{API_GROUP}/plan-hash"
 OWNER_LABEL = f"{API_GROUP}/speculativedeployment"
 MANAGED_BY = "specdeploy"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 # LWS labels its pods with their index inside the group; 0 is the leader that serves HTTP.
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
@@ -72,7 +73,7 @@ def labels(name: str) -> dict[str, str]:
         **selector_labels(name),
         "app.kubernetes.io/component": "inference-server",
         "app.kubernetes.io/part-of": "specdeploy",
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        MANAGED_BY_LABEL: MANAGED_BY,
         OWNER_LABEL: label_value(name),
     }
 
