@@ -144,6 +144,7 @@ QWEN35 = load_config("Qwen__Qwen3.5-122B-A10B")  # a composite config: text_conf
     (("text_config", "label2id"), {"a": "b"}, "label names"),
     (("text_config", "num_labels"), 10**30, "label count"),
     (("vision_config", "num_labels"), "x", "label count"),
+    (("num_labels",), None, "label count"),
     (("text_config", "problem_type"), "x", "regression"),
     (("text_config", "architectures"), 5, "architecture names"),
     (("text_config", "quantization_config"), 5, "object"),

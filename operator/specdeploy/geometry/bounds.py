@@ -140,8 +140,8 @@ def _check_config_attribute(key: str, value: Any, where: str, parent: str | None
         if value is not None and not isinstance(value, dict):
             return f"{where} must be an object of RoPE parameters, e.g. {{\"rope_type\": \"linear\", \"factor\": 2.0}} (got {json_type(value)} {_show(value)})"
         return None
-    if key == "num_labels":
-        if value is not None and (not _is_int(value) or not 0 <= value <= _MAX_LABELS):
+    if key == "num_labels":  # a null one too: transformers reads it with kwargs.get() and calls range(None)
+        if not _is_int(value) or not 0 <= value <= _MAX_LABELS:
             return f"{where} is {_show(value)}; a label count is an integer in 0..{_MAX_LABELS}"
         return None
     if key in ("id2label", "label2id"):
