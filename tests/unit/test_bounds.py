@@ -158,6 +158,7 @@ QWEN35 = load_config("Qwen__Qwen3.5-122B-A10B")  # a composite config: text_conf
     (("text_config", "rope_parameters"), "yarn", "object of RoPE parameters"),
     (("text_config", "rope_parameters", "full_attention"), 5, "object of RoPE parameters for that layer type"),
     (("text_config", "rope_scaling", "original_max_position_embeddings"), None, "positive number"),
+    (("rope_scaling", "original_max_position_embeddings"), 0, "positive number"),  # yarn: division by zero
     (("text_config", "rope_theta"), float("nan"), "finite"),
     (("text_config", 1), 2, "keys are strings"),
 ])

@@ -170,7 +170,7 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
         return f"{where} is {_show(value)}; config.json numbers are finite"
     if key in _CONFIG_ATTRIBUTES or key in _CONFIG_CLASS_NAMES:
         return _check_config_attribute(key, value, where, parent)
-    if value is None and parent in _ROPE_PARENTS and key == "original_max_position_embeddings":
+    if parent in _ROPE_PARENTS and key == "original_max_position_embeddings":  # null or 0 too: yarn divides by it
         return _check_rope(key, value, where)
     if value is None:
         return None
