@@ -8,7 +8,8 @@ emulator's own CPU for 50 CRs. For the benchmark the emulator must not be the bo
 - the request history kmock scans per request is only that request (`_RecentRequests`);
 - requests are counted per (user agent, method) instead, for "requests per create".
 
-Behaviour is otherwise kmock's own (the same create/patch/watch/delete code paths).
+Behaviour is otherwise kmock's own (the same create/patch/watch/delete code paths), with the
+resourceVersions of `specdeploy.emulator` that kopf's consistency wait needs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any
 
 import kmock
 from kmock._internal import k8s, rendering
+
+from specdeploy.emulator import ResourceVersions
 
 
 _SERVING: contextvars.ContextVar[Any] = contextvars.ContextVar("serving")
@@ -44,7 +47,7 @@ class _RecentRequests(list):  # type: ignore[type-arg]
         return iter((serving,)) if serving is not None else super().__iter__()
 
 
-class IndexedEmulator(kmock.KubernetesEmulator):
+class IndexedEmulator(ResourceVersions, kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.request_counts: collections.Counter[tuple[str, str]] = collections.Counter()

@@ -86,8 +86,8 @@ def _free_port() -> int:
 
 
 def _with_identity(doc: dict[str, Any]) -> dict[str, Any]:
-    """The emulator assigns no uid/resourceVersion (a real apiserver does); the operator
-    needs the uid for ownerReferences, so the demo supplies them as the apiserver would."""
+    """The emulator assigns no uid (a real apiserver does); the operator needs it for
+    ownerReferences, so the demo supplies it as the apiserver would."""
     meta = doc.setdefault("metadata", {})
     meta.setdefault("namespace", NAMESPACE)
     meta.setdefault("uid", f"demo-{meta['name']}")
@@ -124,13 +124,14 @@ async def demo(example: Path, timeout: float) -> int:
     import kmock
 
     from specdeploy.controller.main import run
+    from specdeploy.emulator import ApiServerEmulator
 
     docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
     sd = next(d for d in docs if d.get("kind") == KIND)
     name = sd["metadata"]["name"]
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="specdeploy-demo-") as tmp:
-        async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator, port=port):
+        async with ApiServerEmulator() as emulator, kmock.Server(emulator, port=port):
             register_resources(emulator)
             kubeconfig = write_kubeconfig(f"http://127.0.0.1:{port}", Path(tmp) / "kubeconfig")
             print(f"==> Kubernetes API emulator (kmock) on http://127.0.0.1:{port}")

@@ -35,7 +35,8 @@ def example(name: str) -> dict[str, Any]:
 
 
 def with_identity(doc: dict[str, Any], uid: str) -> dict[str, Any]:
-    """What the apiserver would add: kopf needs uid (ownerReferences) and resourceVersion."""
+    """What the apiserver would add: kopf needs uid (ownerReferences); the emulator replaces
+    the resourceVersion."""
     doc = copy.deepcopy(doc)
     doc["metadata"].update(namespace=NS, uid=uid, resourceVersion="1", generation=1)
     return doc
@@ -90,6 +91,14 @@ class Operator:
             await asyncio.to_thread(self.thread.join, 20)
             assert not self.thread.is_alive(), "operator did not stop"
             self.thread = None
+
+
+@pytest.fixture
+def kmock_options(kmock_options: dict[str, Any]) -> dict[str, Any]:
+    """kmock's emulator with resourceVersions (specdeploy.emulator), as the API server has them."""
+    from specdeploy.emulator import ApiServerEmulator
+
+    return {**kmock_options, "cls": ApiServerEmulator}
 
 
 @pytest.fixture

@@ -73,7 +73,6 @@ async def test_5xx_409_429_and_timeouts_are_retried_until_converged(faulty: Faul
     faulty.inject("POST", DEPLOYMENTS, 500, times=2)
     faulty.inject("POST", SERVICES, 409, times=1)
     faulty.inject("GET", r"/api/v1/namespaces/ns1/services/[^/]+$", delay=2.5, times=1)  # past the 1 s deadline
-    faulty.inject("PATCH", STATUS, 429, times=2)
     name = await created(cluster, LLAMA, "uid-5xx")
     await eventually(lambda: _children(cluster), timeout=20, what="children")
     await eventually(lambda: cluster.condition(name, "Stalled").get("status") == "False", what="Stalled=False")
@@ -83,6 +82,12 @@ async def test_5xx_409_429_and_timeouts_are_retried_until_converged(faulty: Faul
     history = [v for v in cluster.k.objects["specdeploy.io/v1alpha1/speculativedeployments", "ns1", name].history if v is not None]
     reasons = {(c["type"], c["reason"]) for v in history for c in (v.get("status") or {}).get("conditions", [])}
     assert ("Progressing", "ApplyRetrying") in reasons and ("Stalled", "ApplyFailed") in reasons
+    # A status write refused twice (429): the edit's status lands on the third attempt.
+    faulty.inject("PATCH", STATUS, 429, times=2)
+    await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": 4}}, generation=2)
+    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 2, timeout=20, what="the edit's status")
+    assert faulty.count("PATCH", STATUS, 429) == 2
+    assert cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 4
     # Settled (after kopf's own bookkeeping of the retries): nothing more is written.
     await asyncio.sleep(1.0)
     mark = len(faulty.log)

@@ -6,6 +6,7 @@ client reading a local Hub stand-in."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
@@ -87,4 +88,5 @@ async def test_stalled_configs_do_not_stop_a_healthy_cr(stalling_hub: FakeHub, b
     for name in slow:
         await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", timeout=60, what=f"{name} Planned {cluster.sd(name).get('status')}")
     assert cluster.condition(slow[-1], "Progressing")["reason"] != "ReconcileTimeout"
-    assert [_timeouts(cluster, n) for n in slow] == counts  # no further Event once it plans
+    await asyncio.sleep(0.5)  # kopf posts Events from a queue
+    assert max(_timeouts(cluster, n) for n in slow) == 1  # still one at most, once it planned

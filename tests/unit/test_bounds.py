@@ -125,3 +125,59 @@ def test_deepseek_v4_and_sliding_window_switches_are_bounded() -> None:
         assert finding.field == f"spec.target.config.{key}" and finding.severity == "error", finding
     assert not config_bound_findings({"compress_ratios": [0, 4, 128], "compress_rates": {"c4": 4}, "use_sliding_window": False},
                                      "spec.target.config")
+
+
+QWEN35 = load_config("Qwen__Qwen3.5-122B-A10B")  # a composite config: text_config and vision_config
+
+
+@pytest.mark.parametrize("path, value, words", [
+    # transformers' to_dict() split a non-string dtype on "." (IndexError) at any depth; a name that is not a
+    # torch dtype fails `getattr(torch, dtype)` in the pod at every config level.
+    (("text_config", "dtype"), "x", "torch dtype"),
+    (("text_config", "torch_dtype"), "torch.bfloat16", "torch dtype"),
+    (("vision_config", "dtype"), [], "torch dtype"),
+    (("text_config", "rope_scaling", "dtype"), [], "torch dtype"),
+    (("dtype",), 16, "torch dtype"),
+    # PretrainedConfig's fine-tuning fields (int() of id2label's keys, range(num_labels), a Literal problem_type).
+    (("text_config", "id2label"), 5, "label ids"),
+    (("vision_config", "id2label"), {"a": "b"}, "label ids"),
+    (("text_config", "label2id"), {"a": "b"}, "label names"),
+    (("text_config", "num_labels"), 10**30, "label count"),
+    (("vision_config", "num_labels"), "x", "label count"),
+    (("text_config", "problem_type"), "x", "regression"),
+    (("text_config", "architectures"), 5, "architecture names"),
+    (("text_config", "quantization_config"), 5, "object"),
+    # A key naming a method or class table of the config class (`to_dict: 5` made to_dict() raise TypeError).
+    (("text_config", "to_dict"), 5, "method"),
+    (("vision_config", "attribute_map"), 5, "method"),
+    (("sub_configs",), None, "method"),
+    # RoPE: an object is expected, at every level and per layer type (transformers setdefault()s it).
+    (("rope_scaling",), 5, "object of RoPE parameters"),
+    (("text_config", "rope_scaling"), 5, "object of RoPE parameters"),
+    (("text_config", "rope_parameters"), "yarn", "object of RoPE parameters"),
+    (("text_config", "rope_parameters", "full_attention"), 5, "object of RoPE parameters for that layer type"),
+    (("text_config", "rope_scaling", "original_max_position_embeddings"), None, "positive number"),
+    (("text_config", "rope_theta"), float("nan"), "finite"),
+    (("text_config", 1), 2, "keys are strings"),
+])
+def test_sub_config_values_transformers_cannot_build_are_refused_by_name(path: tuple[Any, ...], value: Any, words: str) -> None:
+    raw = copy.deepcopy(QWEN35)
+    node = raw
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    geometry, findings = read_geometry(raw, "spec.draft.config", DEFAULT_FACTS)
+    assert geometry is None
+    field = "spec.draft.config." + ".".join(str(p) for p in path)
+    assert [f.field for f in findings] == [field], findings
+    assert findings[0].code == "config-value-invalid" and words in findings[0].message, findings[0].message
+
+
+def test_real_dtype_and_label_values_still_pass() -> None:
+    raw = copy.deepcopy(QWEN35)
+    raw["text_config"].update(dtype="float16", id2label={"0": "LABEL_0", "1": "LABEL_1"}, label2id={"LABEL_0": 0, "LABEL_1": 1},
+                              num_labels=2, problem_type="single_label_classification")
+    raw["quantization_config"] = {"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp8_e4m3"}}}
+    raw["vocabulary_map"] = {"dtype": 1234}  # Emu3: `dtype` is a token there (transformers keeps integers)
+    geometry, findings = read_geometry(raw, "spec.target.config", DEFAULT_FACTS)
+    assert not findings and geometry is not None

@@ -249,3 +249,24 @@ def test_the_items_of_a_list_are_judged_as_kubectl_apply_applies_them(capsys: py
     results = {r["name"]: r for r in json.loads(out)["results"]}
     assert code == 1 and results[cr["metadata"]["name"]]["verdict"] == "valid"
     assert [f["field"] for f in results["bad"]["findings"]] == ["spec.replicas"]
+
+
+@pytest.mark.parametrize("part, key, value, field", [
+    ("draft", "rope_scaling", 5, "spec.draft.config.rope_scaling"),
+    ("draft", "rope_parameters", [1], "spec.draft.config.rope_parameters"),
+    ("target", "text_config", {"dtype": "x"}, "spec.target.config.text_config.dtype"),
+    ("target", "torch_dtype", "bf16", "spec.target.config.torch_dtype"),
+    ("draft", "to_dict", 5, "spec.draft.config.to_dict"),
+])
+def test_a_config_value_transformers_cannot_build_is_a_refusal_naming_the_key(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, part: str, key: str, value: object, field: str) -> None:
+    """Not exit 2 "internal error" (transformers' to_dict() IndexError) nor a finding naming only the config."""
+    doc = yaml.safe_load((EXAMPLES / "llama-3.1-8b-eagle3.yaml").read_text())
+    doc["spec"][part]["config"][key] = value
+    path = tmp_path / "cr.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = plan(capsys, path, "-o", "json")
+    assert code == 1, (code, err)
+    errors = [f for f in json.loads(out)["results"][0]["findings"] if f["severity"] == "error"]
+    assert [f["field"] for f in errors] == [field], errors
+    assert errors[0]["code"] == "config-value-invalid"

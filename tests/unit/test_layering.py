@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"pipeline"},
     {"telemetry"},  # pods' /metrics -> status.speculation: pure, beside the flow, under the shell
     {"sources"},
-    {"controller", "cli", "demo", "__main__", "stream"},  # stream: plan -f's shell over sources + pipeline
+    {"controller", "cli", "demo", "emulator", "__main__", "stream"},  # stream: plan -f's shell over sources + pipeline
 ]
 PURE_CORE = {"findings", "vllm", "api", "geometry", "validation", "planning", "render", "pipeline", "telemetry"}
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}

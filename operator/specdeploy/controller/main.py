@@ -2,10 +2,11 @@
 the readiness mirror. `run()` is what `specdeploy run` and `python -m specdeploy.demo` call.
 
 Handlers are thin and asynchronous: they take the client from `memo`, await `Reconciler`
-within the reconcile time budget (SPECDEPLOY_RECONCILE_BUDGET_S), write the status changes
-through kopf's `patch` (or the status subresource, for the mirror), post Events and turn a
-transient failure into `kopf.TemporaryError`. Nothing blocks kopf's event loop: the API client
-is aiohttp, and CPU-bound work and Hub reads run in the bounded pools of `offload.py`. There is no timer, daemon or delete
+within the reconcile time budget (SPECDEPLOY_RECONCILE_BUDGET_S), post Events and turn a
+transient failure into `kopf.TemporaryError`. Status is written by `Reconciler.write_status`
+(the status subresource, one writer per CR at a time), not through kopf's `patch`: kopf
+writes after the handler returns, outside that lock. Nothing blocks kopf's event loop: the API
+client is aiohttp, and CPU-bound work and Hub reads run in the bounded pools of `offload.py`. There is no timer, daemon or delete
 handler, so kopf adds no finalizer: deleting the resource never waits for the operator, and
 the children go with it through their ownerReferences. The telemetry (pods' /metrics ->
 status.speculation) is one operator-wide loop, registered by `telemetry.register`.
@@ -30,7 +31,7 @@ from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration, request_timeout
 from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
 from specdeploy.controller.offload import reconcile_budget
-from specdeploy.controller.reconcile import Reconciler, Result, owner_of
+from specdeploy.controller.reconcile import Reconciler, Result
 from specdeploy.controller import state
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL
 
@@ -74,7 +75,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                      on_response=METRICS.on_response)
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
     memo.desired, memo.configs, memo.evaluations = memory.desired, memory.configs, memory.evaluations
-    memo.offload, memo.slots = memory.offload, memory.slots
+    memo.offload, memo.slots, memo.status = memory.offload, memory.slots, memory.status
     # The validating webhook (controller/webhook.py), when the chart enables it.
     settings.admission.server = webhook.server_from_env()
     if webhook.enabled():
@@ -135,13 +136,26 @@ def backoff(kind: str, retry: int) -> float:
 
 def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
     return Reconciler(memo.kube, logger, desired=memo.desired, configs=memo.configs, evaluations=memo.evaluations,
-                      offload=memo.offload)
+                      offload=memo.offload, status=memo.status)
+
+
+async def _note(reconciler: Reconciler, body: kopf.Body, logger: Any, compute: Any) -> Result:
+    """Write a failure note (over budget, unexpected error) against the live status; a note
+    that cannot be written is logged, and the retry tries again."""
+    meta = body.get("metadata") or {}
+    try:
+        result = await reconciler.write_status(meta["namespace"], meta["name"], compute)
+    except (KubeTemporaryError, KubePermanentError) as exc:
+        logger.warning("Could not write the status: %s", exc)
+        return Result({})
+    _post(result.body or body, result.events)
+    return result
 
 
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
-async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
+async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
     reconciler = _reconciler(memo, logger)
     meta = body.get("metadata") or {}
     key = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
@@ -152,11 +166,10 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger:
         except asyncio.TimeoutError as exc:  # over budget: say so, retry later; the others go on
             METRICS.reconciles.labels("timeout").inc()
             logger.warning("Reconcile took longer than its %g s budget; retrying", memo.budget_s)
-            result = reconciler.over_budget(body, memo.budget_s, now=_now(), announce=key not in memo.over_budget)
+            announce = key not in memo.over_budget
             memo.over_budget.add(key)
-            for field, value in result.status_patch.items():
-                patch.status[field] = value
-            _post(body, result.events)
+            result = await _note(reconciler, body, logger,
+                                 lambda live: reconciler.over_budget(live, memo.budget_s, now=_now(), announce=announce))
             raise kopf.TemporaryError(result.retry or "over budget", delay=backoff("api", retry)) from exc
         except KubeTemporaryError as exc:  # reading the CR itself failed: nothing decided yet
             METRICS.reconciles.labels("retry").inc()
@@ -164,21 +177,17 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger:
         except Exception as exc:  # a bug: say so in status rather than leave none
             METRICS.reconciles.labels("error").inc()
             logger.exception("Reconcile failed unexpectedly")
-            result = reconciler.failed(body, exc, now=_now())
-            for field, value in result.status_patch.items():
-                patch.status[field] = value
-            _post(body, result.events)
+            result = await _note(reconciler, body, logger, lambda live: reconciler.failed(live, exc, now=_now()))
             raise kopf.TemporaryError(result.retry or str(exc), delay=backoff("api", retry)) from exc
     memo.over_budget.discard(key)
-    for field, value in result.status_patch.items():
-        patch.status[field] = value
-    status = {**(body.get("status") or {}), **result.status_patch}
-    METRICS.state.observe(meta.get("namespace", ""), meta.get("name", ""), status)
-    _post(body, result.events)
+    if result.body is None:
+        return  # the CR is gone
+    METRICS.state.observe(meta.get("namespace", ""), meta.get("name", ""), result.status)
+    _post(result.body, result.events)
     if result.retry is not None:
         METRICS.reconciles.labels("retry").inc()
         raise kopf.TemporaryError(result.retry, delay=backoff(result.retry_kind, retry))
-    valid = all(c.get("status") == "True" for c in status.get("conditions") or [] if c.get("type") in ("Validated", "Planned"))
+    valid = all(c.get("status") == "True" for c in result.status.get("conditions") or [] if c.get("type") in ("Validated", "Planned"))
     METRICS.reconciles.labels("ok" if valid else "invalid").inc()
 
 
@@ -192,6 +201,7 @@ async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body.get("metadata") or {}
     memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
     memo.over_budget.discard((meta.get("namespace"), meta.get("name"), meta.get("uid")))
+    memo.status.forget(meta.get("namespace"), meta.get("name"))
     METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
 
 
@@ -208,20 +218,11 @@ async def _child_event(body: kopf.Body, type: str | None, memo: kopf.Memo, logge
 
 
 async def _mirror(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger) -> None:
-    meta = body.get("metadata") or {}
-    owner, namespace = owner_of(body), meta.get("namespace")
-    if owner is None or not namespace:
-        return
-    kube: Kube = memo.kube
-    parent = await kube.get(KIND, namespace, owner[0])
-    if parent is None or (parent.get("status") or {}).get("workload") != f"{body.get('kind')}/{meta.get('name')}":
-        return  # not (or no longer) the workload this parent serves from
-    workload = None if type == "DELETED" else dict(body)
-    result = _reconciler(memo, logger).mirror(parent, workload, now=_now())
-    if result.status_patch:
-        await kube.merge_patch(KIND, namespace, owner[0], {"status": result.status_patch}, subresource="status")
-        METRICS.state.observe(namespace, owner[0], {**(parent.get("status") or {}), **result.status_patch})
-        _post(parent, result.events)
+    result = await _reconciler(memo, logger).mirror_workload(dict(body), type, now=_now())
+    if result.status_patch and result.body is not None:
+        meta = result.body.get("metadata") or {}
+        METRICS.state.observe(meta.get("namespace", ""), meta.get("name", ""), result.status)
+        _post(result.body, result.events)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=_CHILD_FILTER, id="mirror-deployment", registry=registry)

@@ -2,9 +2,10 @@
 render -> apply + prune -> status. The readiness mirror that keeps status in step with the
 workload between reconciles, and `heal`, which puts back a child that drifted or vanished.
 
-Both reconcile and mirror return the status *changes* against the live object, as the API
-server stores them (no nulls), so a reconcile of an unchanged object writes nothing. The kopf
-wiring is in `main.py`.
+Every status write goes through `write_status`: the change is computed against the live
+status inside the CR's writer lock (state.StatusWriters) and written there, as the API server
+stores it (no nulls), so a reconcile of an unchanged object writes nothing and no writer puts
+back conditions another just changed. The kopf wiring is in `main.py`.
 
 Everything here runs on kopf's event loop: API calls are awaited, and the CPU-bound work
 (spec parsing, config parsing, `pipeline.evaluate`) and the blocking Hub reads go to the
@@ -14,9 +15,10 @@ bounded pools of `offload.py`, so one CR's slow config never holds up another's 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from specdeploy.api.parse import parse_spec
 from specdeploy.api.spec import KIND, DraftSpec, ModelSource, SpeculativeDeploymentSpec
@@ -32,7 +34,7 @@ from specdeploy.controller.conditions import (
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
 from specdeploy.controller.offload import BUDGET_ENV, OffLoop
 from specdeploy.controller import state
-from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests
+from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests, StatusWriters
 from specdeploy.pipeline import ModelInputs, evaluate
 from specdeploy.render import endpoint, invalid_names, render_manifests, selector_string
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
@@ -54,6 +56,10 @@ class Result:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     retry: str | None = None  # message of a transient failure: the caller raises TemporaryError
     retry_kind: str = "source"  # "source" | "api" | "slow": picks the backoff schedule
+    # Set by `write_status`: the CR as read under the lock (post Events on it) and its status
+    # with the change applied.
+    body: Mapping[str, Any] | None = None
+    status: dict[str, Any] = field(default_factory=dict)
 
 
 def stored(value: Any) -> Any:
@@ -127,7 +133,7 @@ class Reconciler:
 
     def __init__(self, kube: Kube, logger: logging.Logger, *, desired: DesiredChildren | None = None,
                  configs: ConfigCache | None = None, evaluations: EvaluationCache | None = None,
-                 offload: OffLoop | None = None):
+                 offload: OffLoop | None = None, status: StatusWriters | None = None):
         self.kube = kube
         self.logger = logger
         memory = state.current()
@@ -135,13 +141,36 @@ class Reconciler:
         self.configs = configs if configs is not None else memory.configs
         self.evaluations = evaluations if evaluations is not None else memory.evaluations
         self.offload = offload if offload is not None else memory.offload
+        self.status = status if status is not None else memory.status
         self.slots = memory.slots
+
+    async def write_status(self, namespace: str, name: str,
+                           compute: Callable[[Mapping[str, Any]], Result | Awaitable[Result]], *,
+                           copy: Mapping[str, Any] | None = None, seen: int | None = None) -> Result:
+        """Compute a status change against the live CR and write it, one writer per CR at a
+        time. `copy`: the CR as read when this process's write count for it was `seen`; it is
+        used as is when no write came since, else the CR is read again."""
+        slot = self.status.slot(namespace, name)
+        async with slot.lock:
+            live = copy if copy is not None and seen == slot.version else await self.kube.get(KIND, namespace, name)
+            if live is None:
+                return Result({})
+            result = compute(live)
+            if inspect.isawaitable(result):
+                result = await result
+            if result.status_patch:
+                await self.kube.merge_patch(KIND, namespace, name, {"status": result.status_patch}, subresource="status")
+                slot.version += 1
+            result.body = live
+            result.status = {**(live.get("status") or {}), **result.status_patch}
+            return result
 
     async def reconcile(self, body: Mapping[str, Any], *, now: str, retry: int = 0) -> Result:
         meta = body.get("metadata") or {}
         name, namespace = meta["name"], meta["namespace"]
         # Compute against the live object, not the event's copy: after rapid edits the copy's
         # status may be one write behind, and the last edit must win.
+        seen = self.status.slot(namespace, name).version
         live = await self.kube.get(KIND, namespace, name)
         if live is None:
             return Result({})
@@ -157,28 +186,38 @@ class Reconciler:
         workload_live: list[dict[str, Any] | None] = []  # set when apply already read it
 
         async def finish(retry_message: str | None = None, kind: str = "source", progressing: Verdict | None = None) -> Result:
-            try:
-                if workload_live:
-                    live_wl = workload_live[0]
-                    workload = WorkloadState.from_live(live_wl) if live_wl is not None else None
+            async def compute(current: Mapping[str, Any]) -> Result:
+                # Validated and Planned are this reconcile's; the workload's conditions come
+                # from the status as it is now (the mirror may have written since our read).
+                retry, retry_kind = retry_message, kind
+                status = dict(current.get("status") or {})
+                before = status.get("conditions") or []
+                merged = verdicts_from(before)
+                merged.update({k: v for k, v in verdicts.items() if k in ("Validated", "Planned")})
+                try:
+                    if workload_live:
+                        live_wl = workload_live[0]
+                        workload = WorkloadState.from_live(live_wl) if live_wl is not None else None
+                    else:
+                        workload = await self._live_workload(namespace, desired.get("workload") or status.get("workload"))
+                except KubeTemporaryError as exc:  # keep the workload verdicts we had
+                    retry, retry_kind = retry or str(exc), "api"
                 else:
-                    workload = await self._live_workload(namespace, desired.get("workload") or previous.get("workload"))
-            except KubeTemporaryError as exc:  # keep the workload verdicts we had
-                retry_message, kind = retry_message or str(exc), "api"
-            else:
-                verdicts.update(workload_verdicts(workload, applied="workload" in desired or "workload" in previous))
-                if progressing is not None:
-                    verdicts["Progressing"] = progressing
-                verdicts["Ready"] = ready_verdict(verdicts, workload)
-                if workload is not None:
-                    desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
-            conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
-            desired["conditions"] = conditions
-            events = _events(old_conditions, conditions)
-            new_errors = desired.get("findings") not in (None, previous.get("findings"))
-            if verdicts["Validated"].status == "False" and new_errors and not any(e[0] == "Warning" for e in events):
-                events.append(("Warning", verdicts["Validated"].reason, verdicts["Validated"].message))
-            return Result(_changes(previous, desired), events, retry_message, kind)
+                    merged.update(workload_verdicts(workload, applied="workload" in desired or "workload" in status))
+                    if progressing is not None:
+                        merged["Progressing"] = progressing
+                    merged["Ready"] = ready_verdict(merged, workload)
+                    if workload is not None:
+                        desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
+                conditions = merge_conditions(before, merged, now=now, generation=generation)
+                desired["conditions"] = conditions
+                events = _events(before, conditions)
+                new_errors = desired.get("findings") not in (None, status.get("findings"))
+                if merged["Validated"].status == "False" and new_errors and not any(e[0] == "Warning" for e in events):
+                    events.append(("Warning", merged["Validated"].reason, merged["Validated"].message))
+                return Result(_changes(status, desired), events, retry, retry_kind)
+
+            return await self.write_status(namespace, name, compute, copy=live, seen=seen)
 
         # 1. parse
         spec, spec_findings = await self.offload.run(self.offload.cpu, None, lambda: parse_spec(dict(body.get("spec") or {})))
@@ -365,6 +404,22 @@ class Reconciler:
         kind, name = ref.split("/", 1)
         live = await self.kube.get(kind, namespace, name) if kind in _WORKLOAD_KINDS else None
         return WorkloadState.from_live(live) if live is not None else None
+
+    async def mirror_workload(self, child: Mapping[str, Any], event_type: str | None, *, now: str) -> Result:
+        """A workload event: the parent's readiness conditions, written against its live status."""
+        meta = child.get("metadata") or {}
+        owner, namespace = owner_of(child), meta.get("namespace")
+        if owner is None or not namespace:
+            return Result({})
+        serving = f"{child.get('kind')}/{meta.get('name')}"
+        workload = None if event_type == "DELETED" else child
+
+        def compute(parent: Mapping[str, Any]) -> Result:
+            if (parent.get("status") or {}).get("workload") != serving:
+                return Result({})  # not (or no longer) the workload this parent serves from
+            return self.mirror(parent, workload, now=now)
+
+        return await self.write_status(namespace, owner[0], compute)
 
     def mirror(self, parent: Mapping[str, Any], workload_body: Mapping[str, Any] | None, *, now: str) -> Result:
         """Status changes from a workload event, keeping Validated/Planned as they are."""

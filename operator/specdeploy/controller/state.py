@@ -7,6 +7,8 @@ from the resume reconcile): the children each CR should have, and the last confi
   and a child event never apply the same CR's children at the same time (both run on the loop).
 - `ConfigCache`: the last config read per (source, model, revision), so a Hub outage or a
   ConfigMap read timeout keeps the last good verdict instead of flipping a serving model.
+- `StatusWriters`: one status writer at a time per CR (the reconcile, the readiness mirror, the
+  failure notes), each computing its change against the live status inside the lock.
 """
 
 from __future__ import annotations
@@ -80,6 +82,37 @@ class DesiredChildren:
         return len(self._entries)
 
 
+@dataclass
+class StatusSlot:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    version: int = 0  # status writes this process made for the CR
+
+
+class StatusWriters:
+    """`status.conditions` is a list, which a merge patch replaces whole: a writer that computed
+    its conditions from an older copy (the mirror read the CR, then a reconcile wrote) would
+    put back what the other just wrote (a verdict reverted, its Event posted twice). So each
+    writer holds the CR's lock from reading the status to writing it; `version` lets a
+    reconcile reuse the copy it read at its start when no write of this process came since."""
+
+    def __init__(self) -> None:
+        self._slots: dict[Key, StatusSlot] = {}
+        self._guard = threading.Lock()
+
+    def slot(self, namespace: str, name: str) -> StatusSlot:
+        with self._guard:
+            return self._slots.setdefault((namespace, name), StatusSlot())
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._guard:
+            slot = self._slots.get((namespace, name))
+            if slot is not None and not slot.lock.locked():
+                del self._slots[(namespace, name)]
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+
 class ConfigCache:
     """Bounded LRU of resolved configs. `read(key, fetch, transient)`: fetch; on a transient
     error return the cached value with the error (so the caller can say it is retrying)."""
@@ -145,6 +178,7 @@ class Memory:
     evaluations: EvaluationCache = field(default_factory=EvaluationCache)
     offload: OffLoop = field(default_factory=OffLoop)
     slots: Slots = field(default_factory=Slots)
+    status: StatusWriters = field(default_factory=StatusWriters)
 
 
 _current = Memory()

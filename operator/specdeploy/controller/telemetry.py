@@ -214,12 +214,10 @@ class Telemetry:
         fresh = await self.kube.get(KIND, namespace, name)
         if fresh is None:
             return None
-        result = await Reconciler(self.kube, self.logger).reconcile(fresh, now=_utc(time.time()))
-        if result.status_patch:
-            await self.kube.merge_patch(KIND, namespace, name, {"status": result.status_patch}, subresource="status")
+        result = await Reconciler(self.kube, self.logger).reconcile(fresh, now=_utc(time.time()))  # writes the status
         for type_, reason, message in result.events:
-            await self._event(fresh, type_, reason, message, _utc(time.time()))
-        status = {**(fresh.get("status") or {}), **result.status_patch}
+            await self._event(result.body or fresh, type_, reason, message, _utc(time.time()))
+        status = result.status
         planned = next((c for c in status.get("conditions") or [] if c.get("type") == "Planned"), {})
         return (status.get("plan") or {}).get("numSpeculativeTokens") if planned.get("status") == "True" else -1
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from specdeploy.geometry.context_length import LENGTH_KEYS
@@ -71,7 +72,25 @@ _ROPE_NUMBERS = ("attention_factor", "beta_fast", "beta_slow", "low_freq_factor"
 _MAX_ROPE_FACTOR = 1e4
 _DICTS = ("text_config", "llm_config", "rope_scaling", "rope_parameters", "quantization_config", "compression_config",
           "linear_attn_config", "attn_config", "mtp_config", "speculators_config", "transformer_layer_config")
-_STRINGS = ("model_type", "torch_dtype", "dtype", "quant_method", "mamba_ssm_dtype", "speculators_model_type")
+_STRINGS = ("model_type", "quant_method", "mamba_ssm_dtype", "speculators_model_type")
+# The weights' dtype: transformers' PretrainedConfig.__post_init__ does `getattr(torch, dtype)` at every config
+# level it builds (so vLLM's loader fails on any other name), and its to_dict() (dict_dtype_to_str) splits a
+# non-string, non-integer `dtype` at any depth on "." (IndexError); vllm/config/model.py _get_and_verify_dtype
+# then reads it as a torch.dtype. The names torch 2.x defines as torch.dtype attributes.
+_DTYPE_KEYS = ("dtype", "torch_dtype")
+TORCH_DTYPES = frozenset((
+    "bfloat16", "float16", "half", "float32", "float", "float64", "double", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+    "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "complex32", "chalf", "complex64", "cfloat", "complex128", "cdouble",
+    "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "short", "int32", "int", "int64", "long", "qint8", "qint32",
+    "quint8", "quint4x2", "quint2x4", *(f"int{n}" for n in range(1, 8)), *(f"uint{n}" for n in range(1, 8)),
+    "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2", "bit"))
+# Dicts transformers builds into a PretrainedConfig of their own (a composite model's `sub_configs`, vLLM's
+# speculators/EAGLE inner config): a key there is a config attribute, as at the top level.
+_QUANT_DICTS = ("quantization_config", "compression_config")
+# PretrainedConfig's fine-tuning fields (configuration_utils.py __post_init__ / num_labels setter): id2label's
+# keys go through int(), num_labels builds a range() of that many labels, problem_type is a Literal.
+_MAX_LABELS = 2**16
+_PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 # One letter per layer ("F" full, "S" shared top-k: DeepSeek-V3.2 IndexCache).
 _PATTERNS = ("index_topk_pattern",)
 _MAX_ARCHITECTURES = 64
@@ -101,8 +120,58 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int) or math.isfinite(value)
 
 
+def _is_config_level(parent: str | None) -> bool:
+    """The top level, or a dict transformers builds into a config of its own (text_config, vision_config,
+    EAGLE's `model`, speculators' transformer_layer_config, ...): any `*_config` that is not a quantization
+    config or one of the plain dicts the rules read."""
+    return parent is None or parent == "model" or parent.endswith("_config") and parent not in _QUANT_DICTS + _PLAIN_CONFIG_DICTS
+
+
+def _check_config_attribute(key: str, value: Any, where: str, parent: str | None) -> str | None:
+    """Keys every transformers config reads (PretrainedConfig), at any config level; None: not one or fine."""
+    if key in _DTYPE_KEYS:
+        if value is None or not _is_config_level(parent) and (isinstance(value, str) and len(value) <= 256 or _is_int(value)):
+            return None
+        if not isinstance(value, str) or value not in TORCH_DTYPES:
+            return (f"{where} is {json_type(value)} {_show(value)}; it must name a torch dtype such as \"bfloat16\", \"float16\" or "
+                    "\"float32\" (without \"torch.\")")
+        return None
+    if key in _RoPE_KEYS:
+        if value is not None and not isinstance(value, dict):
+            return f"{where} must be an object of RoPE parameters, e.g. {{\"rope_type\": \"linear\", \"factor\": 2.0}} (got {json_type(value)} {_show(value)})"
+        return None
+    if key == "num_labels":
+        if value is not None and (not _is_int(value) or not 0 <= value <= _MAX_LABELS):
+            return f"{where} is {_show(value)}; a label count is an integer in 0..{_MAX_LABELS}"
+        return None
+    if key in ("id2label", "label2id"):
+        if value is None:
+            return None
+        ids_first = key == "id2label"
+        ok = isinstance(value, dict) and len(value) <= _MAX_LABELS and all(
+            isinstance(k, str) and (re.fullmatch(r"-?\d{1,9}", k) if ids_first else len(k) <= 256)
+            and (isinstance(v, str) and len(v) <= 256 if ids_first else _is_int(v)) for k, v in value.items())
+        if not ok:
+            shape = '{"0": "LABEL_0", "1": "LABEL_1"}' if ids_first else '{"LABEL_0": 0, "LABEL_1": 1}'
+            return f"{where} must map {'label ids (integer strings) to names' if ids_first else 'label names to integer ids'}, e.g. {shape}"
+        return None
+    if key == "problem_type":
+        if value is not None and value not in _PROBLEM_TYPES:
+            return f"{where} is {_show(value)}; it is one of {', '.join(_PROBLEM_TYPES)} (or null)"
+        return None
+    if key in _CONFIG_CLASS_NAMES and _is_config_level(parent):
+        return f"{where} names a method or fixed attribute of transformers' config class; a config.json may not set it"
+    return None
+
+
 def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
     """What is wrong with one value (None: fine). `parent` is the key of the enclosing dict."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where} is {_show(value)}; config.json numbers are finite"
+    if key in _CONFIG_ATTRIBUTES or key in _CONFIG_CLASS_NAMES:
+        return _check_config_attribute(key, value, where, parent)
+    if value is None and parent in _ROPE_PARENTS and key == "original_max_position_embeddings":
+        return _check_rope(key, value, where)
     if value is None:
         return None
     if key in _INTS:
@@ -168,7 +237,13 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
 def _check_rope(key: str, value: Any, where: str) -> str | None:
     """The RoPE parameters transformers' rope validation reads (modeling_rope_utils.py) and
     vLLM's context-length derivation multiplies by."""
-    if key == "factor":
+    if key in _ROPE_PARENTS[len(_RoPE_KEYS):]:  # one set of parameters per layer type (transformers setdefault()s it)
+        if not isinstance(value, dict):
+            return f"{where} must be an object of RoPE parameters for that layer type (got {json_type(value)} {_show(value)})"
+    elif key == "original_max_position_embeddings":  # yarn/longrope/llama3 compare and divide by it
+        if not _is_number(value) or not 0 < value <= _POSITIONS:
+            return f"{where} is {_show(value)}; it must be a positive number of positions (omit it for the default)"
+    elif key == "factor":
         if not _is_number(value) or not 0 < value <= _MAX_ROPE_FACTOR:
             return f"{where} is {_show(value)}; a RoPE scaling factor is a number in (0, {_MAX_ROPE_FACTOR:g}]"
     elif key in ("rope_type", "type"):
@@ -193,7 +268,9 @@ def config_bound_findings(raw: dict[str, Any], field_prefix: str) -> list[Findin
     while stack and len(findings) < 20:
         node, path, parent = stack.pop()
         for key, value in node.items():
-            if not isinstance(key, str):
+            if not isinstance(key, str):  # an inline YAML config can say `{1: 2}`; transformers: "keywords must be strings"
+                findings.append(error(CODE, f"{path}.{_show(key)}", f"{path} has the key {_show(key)}; config.json keys are strings",
+                                      Stage.CONFIG))
                 continue
             where = f"{path}.{key}"
             problem = _check(key, value, where, parent)
@@ -206,6 +283,32 @@ def config_bound_findings(raw: dict[str, Any], field_prefix: str) -> list[Findin
     return findings
 
 
+# Dicts of `*_config` keys the rules read as plain dicts, not transformers configs.
+_PLAIN_CONFIG_DICTS = ("linear_attn_config", "attn_config", "mtp_config", "speculators_config", "dflash_config", "eagle_config")
+_CONFIG_ATTRIBUTES = frozenset(_DTYPE_KEYS + _RoPE_KEYS + ("num_labels", "id2label", "label2id", "problem_type"))
+
+
+def _class_names() -> frozenset[str]:
+    """PretrainedConfig's methods, read-only properties and class-level tables (attribute_map, sub_configs): a
+    config key of that name replaces them on the instance, and transformers (or vLLM after it) then calls an int
+    (`to_dict: 5` made `to_dict()` raise TypeError) or iterates a number (`attribute_map: 5`)."""
+    import inspect
+
+    from transformers import PretrainedConfig
+
+    names = set()
+    for name in dir(PretrainedConfig):
+        attribute = inspect.getattr_static(PretrainedConfig, name)
+        if isinstance(attribute, property):
+            if attribute.fset is None:
+                names.add(name)
+        elif callable(attribute) or isinstance(attribute, (classmethod, staticmethod, dict, set, list)):
+            names.add(name)
+    return frozenset(names - _CONFIG_ATTRIBUTES)
+
+
+_CONFIG_CLASS_NAMES = _class_names()
+
 # Every key this module bounds, for the test that keeps it in step with what the rules read.
 BOUNDED_KEYS = frozenset(_INTS) | frozenset(_INT_LISTS) | frozenset(_STRING_LISTS) | frozenset(_NUMBERS) | frozenset(
-    _DICTS) | frozenset(_STRINGS) | frozenset(_PATTERNS) | {"group_size", "factor", "architectures", "sliding_window", "use_sliding_window", "compress_rates"}
+    _DICTS) | frozenset(_STRINGS) | frozenset(_PATTERNS) | _CONFIG_ATTRIBUTES | {"group_size", "factor", "architectures", "sliding_window", "use_sliding_window", "compress_rates"}
