@@ -16,6 +16,7 @@ import asyncio
 import copy
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -62,7 +63,7 @@ def _planned(emulator: Any, name: str) -> bool:
     return any(c.get("type") == "Planned" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-async def bench(count: int, rate: float, timeout: float) -> dict[str, Any]:
+async def bench(count: int, rate: float, timeout: float, trace: str | None = None) -> dict[str, Any]:
     base = next(d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d)
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="specdeploy-bench-") as tmp:
@@ -71,7 +72,13 @@ async def bench(count: int, rate: float, timeout: float) -> dict[str, Any]:
             kubeconfig = write_kubeconfig(f"http://127.0.0.1:{port}", Path(tmp) / "kubeconfig")
             env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(ROOT / "operator")}
             env.pop("KUBERNETES_SERVICE_HOST", None)
-            operator = subprocess.Popen([sys.executable, "-m", "specdeploy.cli", "run", "--namespace", NS], env=env,
+            command = [sys.executable, "-m", "specdeploy.cli"]
+            if trace:  # tracemalloc snapshots on SIGUSR1 (bench/traced_operator.py)
+                env["BENCH_TRACE_DIR"] = trace
+                command = [sys.executable, str(ROOT / "bench" / "traced_operator.py")]
+            if os.environ.get("BENCH_LAUNCHER"):  # experiments: another launcher of the same module
+                command = [sys.executable, os.environ["BENCH_LAUNCHER"]]
+            operator = subprocess.Popen([*command, "run", "--namespace", NS], env=env,
                                         stdout=subprocess.DEVNULL, stderr=open(os.environ.get("BENCH_OPERATOR_LOG", os.devnull), "w"))
             try:
                 # Started: its watch on the CRs is open.
@@ -80,6 +87,9 @@ async def bench(count: int, rate: float, timeout: float) -> dict[str, Any]:
                     await asyncio.sleep(0.1)
                 await asyncio.sleep(1.0)
                 rss_idle = _peak_rss_mib(operator.pid)
+                if trace:  # snapshot 0: idle
+                    operator.send_signal(signal.SIGUSR1)
+                    await asyncio.sleep(5.0)
                 before = sum(v for (who, _), v in emulator.request_counts.items() if who == "operator")
                 created: dict[str, float] = {}
                 planned: dict[str, float] = {}
@@ -88,8 +98,12 @@ async def bench(count: int, rate: float, timeout: float) -> dict[str, Any]:
                 async def watch_planned() -> None:
                     """Polls the emulator's store while the creates go on."""
                     deadline = time.monotonic() + timeout
+                    halfway = False
                     while len(planned) < count and time.monotonic() < deadline:
                         now = time.monotonic()
+                        if trace and not halfway and len(planned) >= count // 2:
+                            halfway = True
+                            operator.send_signal(signal.SIGUSR1)
                         for name in created.keys() - planned.keys():
                             if _planned(emulator, name):
                                 planned[name] = now
@@ -111,6 +125,10 @@ async def bench(count: int, rate: float, timeout: float) -> dict[str, Any]:
                             await asyncio.sleep(max(0.0, start + (i + 1) / rate - time.monotonic()))
                 await poller
                 await asyncio.sleep(2.0)  # let the last writes land before counting
+                if trace:  # snapshots 2 and 3: all planned, and once kopf's idle workers are gone
+                    for _ in range(2):
+                        operator.send_signal(signal.SIGUSR1)
+                        await asyncio.sleep(10.0)
                 after = sum(v for (who, _), v in emulator.request_counts.items() if who == "operator")
                 writes = sum(v for (who, m), v in emulator.request_counts.items() if who == "operator" and m in ("POST", "PATCH", "DELETE"))
                 latencies = sorted(planned[n] - created[n] for n in planned)
@@ -138,8 +156,9 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--rate", type=float, default=0.0, help="creates per second; 0 = as fast as possible")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--trace", metavar="DIR", help="run the operator under tracemalloc; snapshots at half and all planned")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(bench(args.count, args.rate, args.timeout))))
+    print(json.dumps(asyncio.run(bench(args.count, args.rate, args.timeout, args.trace))))
     return 0
 
 
