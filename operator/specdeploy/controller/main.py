@@ -70,7 +70,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # Every handler is a coroutine; kopf's thread pool only serves its own sync helpers.
     settings.execution.max_workers = 4
     memo.budget_s = reconcile_budget()
-    memo.over_budget = set()  # (namespace, name, uid) cut off by the budget since their last full reconcile
     memo.kube = Kube(load_configuration(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true",
                      on_response=METRICS.on_response)
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
@@ -158,7 +157,6 @@ async def _note(reconciler: Reconciler, body: kopf.Body, logger: Any, compute: A
 async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
     reconciler = _reconciler(memo, logger)
     meta = body.get("metadata") or {}
-    key = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
     with METRICS.duration.time():
         try:
             async with memo.slots.held():  # waiting for a slot is not the CR's time
@@ -166,10 +164,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, retry
         except asyncio.TimeoutError as exc:  # over budget: say so, retry later; the others go on
             METRICS.reconciles.labels("timeout").inc()
             logger.warning("Reconcile took longer than its %g s budget; retrying", memo.budget_s)
-            announce = key not in memo.over_budget
-            memo.over_budget.add(key)
-            result = await _note(reconciler, body, logger,
-                                 lambda live: reconciler.over_budget(live, memo.budget_s, now=_now(), announce=announce))
+            result = await _note(reconciler, body, logger, lambda live: reconciler.over_budget(live, memo.budget_s, now=_now()))
             raise kopf.TemporaryError(result.retry or "over budget", delay=backoff("api", retry)) from exc
         except KubeTemporaryError as exc:  # reading the CR itself failed: nothing decided yet
             METRICS.reconciles.labels("retry").inc()
@@ -179,7 +174,6 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, retry
             logger.exception("Reconcile failed unexpectedly")
             result = await _note(reconciler, body, logger, lambda live: reconciler.failed(live, exc, now=_now()))
             raise kopf.TemporaryError(result.retry or str(exc), delay=backoff("api", retry)) from exc
-    memo.over_budget.discard(key)
     if result.body is None:
         return  # the CR is gone
     METRICS.state.observe(meta.get("namespace", ""), meta.get("name", ""), result.status)
@@ -200,7 +194,6 @@ async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted CR: drop what we remembered for it (its children go by garbage collection)."""
     meta = body.get("metadata") or {}
     memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
-    memo.over_budget.discard((meta.get("namespace"), meta.get("name"), meta.get("uid")))
     memo.status.forget(meta.get("namespace"), meta.get("name"))
     METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
 

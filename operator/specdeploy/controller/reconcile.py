@@ -334,13 +334,12 @@ class Reconciler:
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
         return Result(_changes(previous, {"conditions": conditions}), _events(old_conditions, conditions), message, "api")
 
-    def over_budget(self, body: Mapping[str, Any], budget_s: float, *, now: str, announce: bool = True) -> Result:
+    def over_budget(self, body: Mapping[str, Any], budget_s: float, *, now: str) -> Result:
         """Status for a reconcile cut off by its time budget: Progressing=False with reason
         ReconcileTimeout and one Warning Event; verdicts already given stand (a serving CR stays
         Ready: nothing changed in the cluster), a new CR says it is not judged yet. The caller
-        retries with backoff; the slow job keeps running and the retry joins it. `announce`: the
-        first cut-off since the CR last reconciled in time (the caller remembers: the body of a
-        retry may not show the status the previous attempt wrote yet)."""
+        retries with backoff; the slow job keeps running and the retry joins it. `body` is the
+        live CR (`write_status`), so a retry sees the cut-off the previous attempt wrote."""
         previous = dict(body.get("status") or {})
         old_conditions = previous.get("conditions") or []
         verdicts = verdicts_from(old_conditions)
@@ -354,7 +353,7 @@ class Reconciler:
         generation = (body.get("metadata") or {}).get("generation")
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
         before = next((c for c in old_conditions if c.get("type") == "Progressing"), {})
-        events = [("Warning", OVER_BUDGET, message)] if announce and before.get("reason") != OVER_BUDGET else []
+        events = [("Warning", OVER_BUDGET, message)] if before.get("reason") != OVER_BUDGET else []
         return Result(_changes(previous, {"conditions": conditions}), events, message, "api")
 
     async def _resolve(self, spec: SpeculativeDeploymentSpec, namespace: str) -> tuple[ModelInputs, ModelInputs | None, SourceUnavailable | None]:
