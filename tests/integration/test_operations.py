@@ -177,7 +177,8 @@ async def test_a_hub_outage_keeps_a_serving_model_ready(hub: FakeHub, operator: 
     await eventually(lambda: '"num_speculative_tokens":4' in " ".join(_args(cluster.get(DEPLOYMENT, name))), what="the edit applied")
     assert cluster.condition(name, "Validated")["status"] == "True"
     assert cluster.condition(name, "Ready")["status"] == "True"
-    warnings = [e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"]
+    # kopf posts Events from a queue after the handler returns: the Event lags the condition.
+    warnings = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"], what="the retrying Event")
     # A restart while the Hub is still down (nothing cached in memory): the verdict stands.
     await operator.stop()
     await operator.start()
