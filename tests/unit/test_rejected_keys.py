@@ -61,6 +61,15 @@ def test_a_config_too_large_to_search_is_refused_as_a_whole() -> None:
     assert "LlamaConfig rejects this config" in finding.message and "smaller or equal to 1.0" in finding.message
 
 
+def test_a_search_past_its_deadline_names_the_whole_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specdeploy.geometry import rejected_keys
+
+    monkeypatch.setattr(rejected_keys, "DEADLINE_S", 0.0)  # as a config of several MiB would reach it
+    raw = _set(load_config("meta-llama__Llama-3.1-8B-Instruct"), "initializer_range", 5.0)
+    _, (finding,) = read_geometry(raw, "spec.target.config", FACTS)
+    assert (finding.code, finding.field) == ("config-rejected", "spec.target.config")
+
+
 def test_every_key_whose_removal_alone_is_accepted_is_named() -> None:
     def accepts(config: dict[str, Any]) -> bool:
         return config.get("a", 0) + config.get("b", 0) < 2 and "c" not in config.get("sub_config", {})
