@@ -105,6 +105,42 @@ def _group(size: int) -> SimpleNamespace:
     return group
 
 
+def _inspected(build: Any) -> Any:
+    """`build()`, once more if vLLM's registry failed to inspect the architecture. The registry
+    caches a failed inspection for the process (`_try_inspect_model_cls` is an lru_cache), so
+    one transient failure (an import starved of memory on a loaded machine) would turn every
+    later case of that architecture into a config refusal. A failure that repeats is vLLM's
+    verdict, with the inspection's own error (logged by the registry) in the message."""
+    import logging
+
+    from vllm.model_executor.models import registry
+
+    try:
+        return build()
+    except ValueError as exc:
+        if "failed to be inspected" not in str(exc):
+            raise
+    registry._try_inspect_model_cls.cache_clear()
+    registry._try_load_model_cls.cache_clear()
+    errors: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.exc_info and record.exc_info[1] is not None:
+                errors.append(_first_line(record.exc_info[1]))
+
+    handler = Collect(logging.ERROR)
+    logging.getLogger(registry.__name__).addHandler(handler)
+    try:
+        return build()
+    except ValueError as exc:
+        if errors:
+            raise ValueError(f"{_first_line(exc)} (inspection: {errors[-1]})") from exc
+        raise
+    finally:
+        logging.getLogger(registry.__name__).removeHandler(handler)
+
+
 def _first_line(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     if type(exc).__name__ == "ValidationError" and len(lines) > 1:
@@ -213,14 +249,14 @@ class MemoryJudge:
                                   enable_prefix_caching=prefix_caching).create_engine_config()
         try:
             try:
-                config = engine_config(None)
+                config = _inspected(lambda: engine_config(None))
             except Exception as exc:  # noqa: BLE001
                 # CPU only: the CPU platform turns prefix caching off for MLA after the hybrid
                 # config set Mamba `align` mode, and VllmConfig then refuses its own mamba block
                 # size. Without prefix caching (Mamba mode "none") the build is judged as is.
                 if "--mamba-block-size can only be set" not in str(exc):
                     raise
-                config = engine_config(False)
+                config = _inspected(lambda: engine_config(False))
         except Exception as exc:  # noqa: BLE001 - vLLM's refusal is the verdict
             return MemoryVerdict(False, "config", _first_line(exc))
         try:
