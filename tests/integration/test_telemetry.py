@@ -145,6 +145,8 @@ async def test_status_speculation_equals_the_counters_and_only_moves_with_them(
     writes = _status_writes(cluster, name, mark)
     assert 1 <= writes <= metrics.requests - scrapes, (writes, metrics.requests - scrapes)
     assert writes <= elapsed / INTERVAL_S + 1
+    # One Event for the transition to Effective, none for the scrapes after it.
+    assert len([e for e in cluster.events() if e.get("reason") == "Effective"]) == 1
 
 
 async def test_collapsed_acceptance_sets_speculation_effective_false_with_a_warning(
@@ -238,6 +240,7 @@ async def test_auto_k_moves_to_the_recommendation_through_a_rollout_and_never_wr
     assert speculation["drafts"] == 2000  # the old pod's 500 are not in the window
     assert speculation["recommendedNumSpeculativeTokens"] == 1
     assert speculation["numSpeculativeTokens"] == 5 and k_rendered() == 5
+    assert len([e for e in cluster.events() if e.get("reason") == "SpeculativeTokensChanged"]) == 1  # one change, one Event
 
 
 async def test_auto_k_that_does_not_plan_goes_back_and_the_workload_stays(
