@@ -26,10 +26,10 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
-from specdeploy.controller import LOG_FORMATS, leader, telemetry, webhook
+from specdeploy.controller import LOG_FORMATS, env, leader, telemetry, webhook
 from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration, request_timeout
-from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
+from specdeploy.controller.metrics import METRICS, METRICS_PORT
 from specdeploy.controller.offload import reconcile_budget
 from specdeploy.controller.reconcile import Reconciler, Result
 from specdeploy.controller import state
@@ -42,6 +42,7 @@ READ_SECRETS_ENV = "SPECDEPLOY_READ_HF_TOKEN_SECRETS"
 _CHILD_FILTER = {MANAGED_BY_LABEL: MANAGED_BY}
 # Multiplies every retry delay (tests shorten them; 1 in production).
 BACKOFF_SCALE_ENV = "SPECDEPLOY_BACKOFF_SCALE"
+BACKOFF_SCALE = env.Number(BACKOFF_SCALE_ENV, 1.0, minimum=0)
 LOG_FORMAT_ENV = "SPECDEPLOY_LOG_FORMAT"  # text (default) | json
 # kind -> (first delay, cap) in seconds.
 BACKOFF = {"api": (2.0, 120.0), "source": (15.0, 600.0), "slow": (30.0, 600.0)}
@@ -119,18 +120,11 @@ def _post(body: Any, events: list[tuple[str, str, str]]) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
 
 
-def _scale() -> float:
-    try:
-        return max(0.0, float(os.environ.get(BACKOFF_SCALE_ENV, "1")))
-    except ValueError:
-        return 1.0
-
-
 def backoff(kind: str, retry: int) -> float:
     """Seconds before retry number `retry` (0-based): exponential per kind, capped. "slow" is
     for refusals a person fixes (RBAC, a missing CRD); "source" for an unreachable Hub."""
     base, cap = BACKOFF[kind]
-    return _scale() * min(cap, base * 2 ** min(retry, 16))
+    return BACKOFF_SCALE.get() * min(cap, base * 2 ** min(retry, 16))
 
 
 def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
@@ -284,13 +278,14 @@ def run(
     and /readyz."""
     if not namespaces and not all_namespaces:
         raise ValueError("give --namespace at least once, or --all-namespaces")
+    env.check()  # every numeric setting, before anything starts
     configure_logging(log_format or os.environ.get(LOG_FORMAT_ENV, "text"))
     try:  # fail fast with a clear message instead of kopf retrying its startup every minute
         api_client = _api_client()
     except k8s_config.ConfigException as exc:
         raise ValueError(f"no Kubernetes credentials ({exc}): set KUBECONFIG, or run in a pod with a service account") from exc
-    port = os.environ.get(METRICS_PORT_ENV)
-    server = METRICS.serve(int(port)) if port else None
+    port = METRICS_PORT.get_int()
+    server = METRICS.serve(port) if port else None
     METRICS.ready.set()  # serving (as leader or standby)
 
     def operate(stop: threading.Event) -> None:

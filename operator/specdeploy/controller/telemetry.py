@@ -30,7 +30,7 @@ import kopf
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from specdeploy.api.status import Condition
-from specdeploy.controller.env import env_number
+from specdeploy.controller.env import Number
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, selector_labels, selector_string
 from specdeploy.telemetry import Window, analyse, parse_counters
@@ -43,6 +43,8 @@ INTERVAL_ENV = "SPECDEPLOY_TELEMETRY_INTERVAL_S"
 WINDOW_ENV = "SPECDEPLOY_TELEMETRY_WINDOW_S"
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_WINDOW_S = 600.0
+INTERVAL = Number(INTERVAL_ENV, DEFAULT_INTERVAL_S, minimum=0, exclusive=True)
+WINDOW = Number(WINDOW_ENV, DEFAULT_WINDOW_S, minimum=0, exclusive=True)
 SCRAPE_TIMEOUT_S = 3.0  # a pod that cannot answer /metrics in 3 s is skipped, not waited for
 MAX_PARALLEL_SCRAPES = 8
 CONDITION = "SpeculationEffective"
@@ -354,9 +356,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
 
     @kopf.on.startup(registry=registry)
     async def start_telemetry(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-        interval = env_number(INTERVAL_ENV, DEFAULT_INTERVAL_S, minimum=0, exclusive=True)
+        interval = INTERVAL.get()
         memo.telemetry = Telemetry(memo.kube, logging.getLogger("specdeploy.telemetry"),
-                                   window_s=env_number(WINDOW_ENV, DEFAULT_WINDOW_S, minimum=0, exclusive=True))
+                                   window_s=WINDOW.get())
         memo.telemetry_task = asyncio.create_task(_loop(memo.telemetry, interval), name="specdeploy-telemetry")
 
     @kopf.on.cleanup(registry=registry)
