@@ -99,7 +99,7 @@ _MAX_ARCHITECTURES = 64
 _NONE = object()
 
 
-def _show(value: Any) -> str:
+def shown_value(value: Any) -> str:
     """A value as a message quotes it: JSON spelling, cut short (a 5000-digit integer too)."""
     if _is_int(value) and abs(value) >= 10**40:
         return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4000'} digits"
@@ -133,16 +133,16 @@ def _check_config_attribute(key: str, value: Any, where: str, parent: str | None
         if value is None or not _is_config_level(parent) and (isinstance(value, str) and len(value) <= 256 or _is_int(value)):
             return None
         if not isinstance(value, str) or value not in TORCH_DTYPES:
-            return (f"{where} is {json_type(value)} {_show(value)}; it must name a torch dtype such as \"bfloat16\", \"float16\" or "
+            return (f"{where} is {json_type(value)} {shown_value(value)}; it must name a torch dtype such as \"bfloat16\", \"float16\" or "
                     "\"float32\" (without \"torch.\")")
         return None
     if key in _RoPE_KEYS:
         if value is not None and not isinstance(value, dict):
-            return f"{where} must be an object of RoPE parameters, e.g. {{\"rope_type\": \"linear\", \"factor\": 2.0}} (got {json_type(value)} {_show(value)})"
+            return f"{where} must be an object of RoPE parameters, e.g. {{\"rope_type\": \"linear\", \"factor\": 2.0}} (got {json_type(value)} {shown_value(value)})"
         return None
     if key == "num_labels":  # a null one too: transformers reads it with kwargs.get() and calls range(None)
         if not _is_int(value) or not 0 <= value <= _MAX_LABELS:
-            return f"{where} is {_show(value)}; a label count is an integer in 0..{_MAX_LABELS}"
+            return f"{where} is {shown_value(value)}; a label count is an integer in 0..{_MAX_LABELS}"
         return None
     if key in ("id2label", "label2id"):
         if value is None:
@@ -157,7 +157,7 @@ def _check_config_attribute(key: str, value: Any, where: str, parent: str | None
         return None
     if key == "problem_type":
         if value is not None and value not in _PROBLEM_TYPES:
-            return f"{where} is {_show(value)}; it is one of {', '.join(_PROBLEM_TYPES)} (or null)"
+            return f"{where} is {shown_value(value)}; it is one of {', '.join(_PROBLEM_TYPES)} (or null)"
         return None
     if key in _CONFIG_CLASS_NAMES and _is_config_level(parent):
         return f"{where} names a method or fixed attribute of transformers' config class; a config.json may not set it"
@@ -167,7 +167,7 @@ def _check_config_attribute(key: str, value: Any, where: str, parent: str | None
 def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
     """What is wrong with one value (None: fine). `parent` is the key of the enclosing dict."""
     if isinstance(value, float) and not math.isfinite(value):
-        return f"{where} is {_show(value)}; config.json numbers are finite"
+        return f"{where} is {shown_value(value)}; config.json numbers are finite"
     if key in _CONFIG_ATTRIBUTES or key in _CONFIG_CLASS_NAMES:
         return _check_config_attribute(key, value, where, parent)
     if parent in _ROPE_PARENTS and key == "original_max_position_embeddings":  # null or 0 too: yarn divides by it
@@ -182,17 +182,17 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
             return f"{where} lists {len(value)} values; a model has at most {_LAYERS} layers"
         for item in value if is_list else [value]:
             if not _is_int(item):
-                return f"{where} must be an integer (got {json_type(item)} {_show(item)})"
+                return f"{where} must be an integer (got {json_type(item)} {shown_value(item)})"
             if not low <= item <= high:
-                return f"{where} is {_show(item)}; a model config has {low}..{high}"
+                return f"{where} is {shown_value(item)}; a model config has {low}..{high}"
         return None
     if key in _INT_LISTS:
         low, high, longest = _INT_LISTS[key]
         if not isinstance(value, list) or len(value) > longest:
-            return f"{where} must be a list of at most {longest} integers (got {json_type(value)} {_show(value)})"
+            return f"{where} must be a list of at most {longest} integers (got {json_type(value)} {shown_value(value)})"
         bad = next((item for item in value if not _is_int(item) or not low <= item <= high), _NONE)
         if bad is not _NONE:
-            return f"{where} holds {json_type(bad)} {_show(bad)}; each item is an integer in {low}..{high}"
+            return f"{where} holds {json_type(bad)} {shown_value(bad)}; each item is an integer in {low}..{high}"
         return None
     if key in _STRING_LISTS:
         longest = _STRING_LISTS[key]
@@ -201,25 +201,25 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
         return None
     if key in _PATTERNS:
         if not isinstance(value, str) or len(value) > _LAYERS:
-            return f"{where} must be a string of at most {_LAYERS} letters, one per layer (got {json_type(value)} {_show(value)})"
+            return f"{where} must be a string of at most {_LAYERS} letters, one per layer (got {json_type(value)} {shown_value(value)})"
         return None
     if key == "sliding_window":  # some configs say `false` for "none"
         if not (isinstance(value, bool) or _is_int(value) and 0 <= value <= _POSITIONS):
-            return f"{where} is {_show(value)}; a sliding window is a token count in 0..{_POSITIONS} (or null)"
+            return f"{where} is {shown_value(value)}; a sliding window is a token count in 0..{_POSITIONS} (or null)"
         return None
     if key == "use_sliding_window" and not isinstance(value, bool):
-        return f"{where} must be true or false (got {json_type(value)} {_show(value)})"
+        return f"{where} must be true or false (got {json_type(value)} {shown_value(value)})"
     if key == "compress_rates":  # DeepSeek-V4 in transformers' form: layer type -> compression ratio
         if not isinstance(value, dict) or len(value) > 64 or not all(_is_int(v) and 0 <= v <= 1 << 20 for v in value.values()):
-            return f"{where} must map layer type names to integer compression ratios (got {json_type(value)} {_show(value)})"
+            return f"{where} must map layer type names to integer compression ratios (got {json_type(value)} {shown_value(value)})"
         return None
     if key == "group_size":
         if not _is_int(value) or not (value == -1 or 1 <= value <= _WIDTH):
-            return f"{where} is {_show(value)}; a quantization group size is a positive integer, or -1 for per-channel"
+            return f"{where} is {shown_value(value)}; a quantization group size is a positive integer, or -1 for per-channel"
         return None
     if key in _NUMBERS:
         if not _is_number(value) or value > _NUMBERS[key]:
-            return f"{where} is {_show(value)}; a context length is a finite number up to {int(_NUMBERS[key])}"
+            return f"{where} is {shown_value(value)}; a context length is a finite number up to {int(_NUMBERS[key])}"
         return None
     if parent in _ROPE_PARENTS:
         return _check_rope(key, value, where)
@@ -228,7 +228,7 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
             return f"{where} must be a list of architecture names (strings), e.g. [\"LlamaForCausalLM\"]"
         return None
     if key in _STRINGS and (not isinstance(value, str) or len(value) > 256):
-        return f"{where} must be a string of at most 256 characters (got {json_type(value)} {_show(value)})"
+        return f"{where} must be a string of at most 256 characters (got {json_type(value)} {shown_value(value)})"
     if key in _DICTS and not isinstance(value, dict):
         return f"{where} must be an object (got {json_type(value)})"
     return None
@@ -239,25 +239,25 @@ def _check_rope(key: str, value: Any, where: str) -> str | None:
     vLLM's context-length derivation multiplies by."""
     if key in _ROPE_PARENTS[len(_RoPE_KEYS):]:  # one set of parameters per layer type (transformers setdefault()s it)
         if not isinstance(value, dict):
-            return f"{where} must be an object of RoPE parameters for that layer type (got {json_type(value)} {_show(value)})"
+            return f"{where} must be an object of RoPE parameters for that layer type (got {json_type(value)} {shown_value(value)})"
     elif key == "original_max_position_embeddings":  # yarn/longrope/llama3 compare and divide by it
         if not _is_number(value) or not 0 < value <= _POSITIONS:
-            return f"{where} is {_show(value)}; it must be a positive number of positions (omit it for the default)"
+            return f"{where} is {shown_value(value)}; it must be a positive number of positions (omit it for the default)"
     elif key == "factor":
         if not _is_number(value) or not 0 < value <= _MAX_ROPE_FACTOR:
-            return f"{where} is {_show(value)}; a RoPE scaling factor is a number in (0, {_MAX_ROPE_FACTOR:g}]"
+            return f"{where} is {shown_value(value)}; a RoPE scaling factor is a number in (0, {_MAX_ROPE_FACTOR:g}]"
     elif key in ("rope_type", "type"):
         if not isinstance(value, str) or len(value) > 64:
-            return f"{where} must be a RoPE type name such as \"linear\", \"yarn\" or \"llama3\" (got {json_type(value)} {_show(value)})"
+            return f"{where} must be a RoPE type name such as \"linear\", \"yarn\" or \"llama3\" (got {json_type(value)} {shown_value(value)})"
     elif key in _ROPE_NUMBERS:
         if not _is_number(value) or abs(value) > _POSITIONS:
-            return f"{where} is {_show(value)}; it must be a finite number"
+            return f"{where} is {shown_value(value)}; it must be a finite number"
     elif key in ("short_factor", "long_factor"):
         if not isinstance(value, list) or len(value) > _WIDTH or not all(_is_number(v) for v in value):
-            return f"{where} must be a list of numbers, one per rotary dimension (got {json_type(value)} {_show(value)})"
+            return f"{where} must be a list of numbers, one per rotary dimension (got {json_type(value)} {shown_value(value)})"
     elif key == "mrope_section":
         if not isinstance(value, list) or len(value) > 64 or not all(_is_int(v) and 0 <= v <= _WIDTH for v in value):
-            return f"{where} must be a list of non-negative integers (got {json_type(value)} {_show(value)})"
+            return f"{where} must be a list of non-negative integers (got {json_type(value)} {shown_value(value)})"
     return None
 
 
@@ -269,7 +269,7 @@ def config_bound_findings(raw: dict[str, Any], field_prefix: str) -> list[Findin
         node, path, parent = stack.pop()
         for key, value in node.items():
             if not isinstance(key, str):  # an inline YAML config can say `{1: 2}`; transformers: "keywords must be strings"
-                findings.append(error(CODE, f"{path}.{_show(key)}", f"{path} has the key {_show(key)}; config.json keys are strings",
+                findings.append(error(CODE, f"{path}.{shown_value(key)}", f"{path} has the key {shown_value(key)}; config.json keys are strings",
                                       Stage.CONFIG))
                 continue
             where = f"{path}.{key}"

@@ -23,3 +23,11 @@ def eagle_text_config(raw: dict[str, Any]) -> dict[str, Any]:
             inner[key] = value  # EAGLEConfig sets its own kwargs on the inner config
     inner["architectures"] = eagle_architectures("eagle", inner.get("architectures") or [])
     return inner
+
+
+def eagle_source_path(raw: dict[str, Any], path: tuple[str, ...]) -> tuple[str, ...]:
+    """Where a key of `eagle_text_config(raw)` is written in `raw`: its top-level override, or `model`."""
+    key = path[0]
+    if key not in ("model", "architectures", "model_type") and key in raw:
+        return path
+    return ("model",) + path

@@ -6,18 +6,21 @@ Sources for each derivation: vllm/transformers_utils/model_arch_config_convertor
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import CONFIG_MAPPING, PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-from specdeploy.geometry.bounds import config_bound_findings
+from specdeploy.geometry.bounds import config_bound_findings, shown_value
 from specdeploy.geometry.context_length import LENGTH_KEYS, derived_max_model_len
-from specdeploy.geometry.eagle_format import eagle_text_config, is_eagle_format
+from specdeploy.geometry.eagle_format import eagle_source_path, eagle_text_config, is_eagle_format
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
-from specdeploy.geometry.speculators import is_speculators_config, speculators_text_config
+from specdeploy.geometry.rejected_keys import keys_at_fault, value_at
+from specdeploy.geometry.speculators import is_speculators_config, speculators_source_path, speculators_text_config
 from specdeploy.findings import Finding, error
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.hf_config import config_value as _get, first_value as _first
@@ -46,7 +49,12 @@ def _total_kv_heads(text: Any, model_type: str, heads: int) -> int:
 
 
 class ConfigRejected(ValueError):
-    """The config's own class (transformers or ours) refused it, as vLLM's loader would."""
+    """The config's own class (transformers or ours) refused it, as vLLM's loader would.
+    `paths`: the keys at fault, where they could be found (geometry/rejected_keys.py)."""
+
+    def __init__(self, config_class: str, reason: str, paths: tuple[tuple[str, ...], ...] = ()) -> None:
+        super().__init__(f"{config_class} rejects this config: {reason}")
+        self.config_class, self.reason, self.paths = config_class, reason, paths
 
 
 @dataclass(frozen=True)
@@ -108,13 +116,37 @@ def parse_config(raw: dict[str, Any]) -> PretrainedConfig | dict[str, Any]:
     cls = MLA_CONFIG_CLASSES.get(model_type) or (CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None)
     if cls is None:
         return raw
-    try:
+    def build(config: dict[str, Any]) -> PretrainedConfig:
         # `from_dict` with no kwargs is exactly `cls(**config_dict)` plus a logger.info whose
         # f-string serialises the whole config (~10 ms) even when the level drops the record.
-        return cls(**dict(raw))
+        # A deep copy: transformers fills nested dicts (rope parameters) in place.
+        return cls(**copy.deepcopy(config))
+
+    def accepts(config: dict[str, Any]) -> bool:
+        try:
+            build(config)
+        except Exception:
+            return False
+        return True
+
+    try:
+        return build(raw)
     except Exception as exc:  # transformers raises several types; all mean "rejected"
-        message = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
-        raise ConfigRejected(f"{cls.__name__} rejects this config: {message}") from exc
+        raise ConfigRejected(cls.__name__, _reason(exc), keys_at_fault(accepts, raw)) from exc
+
+
+def _reason(exc: Exception) -> str:
+    """transformers' words for a refusal; Python's own (a missing attribute of a sub-config, a
+    KeyError's quotes) restated."""
+    text = str(exc).strip()
+    if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        text = exc.args[0]
+    message = text.splitlines()[-1].strip() if text else type(exc).__name__
+    message = re.sub(r"^\w+Error: ", "", message)  # the cause's type, as huggingface_hub's strict dataclasses prefix it
+    missing = re.fullmatch(r"'(\w+)' object has no attribute '(\w+)'", message)
+    if missing:
+        return f"building {missing[1]} needs {missing[2]}, which it does not have"
+    return message
 
 
 def text_config_of(config: PretrainedConfig | dict[str, Any]) -> Any:
@@ -194,6 +226,17 @@ def read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> t
     return geometry, list(findings)
 
 
+def _rejection(exc: ConfigRejected, raw: dict[str, Any], wrapper: str | None, parsed: dict[str, Any], field_prefix: str) -> Finding:
+    """The refusal, at the key at fault when one is: `field_prefix.<path in the config as written>`."""
+    source = {"speculators": speculators_source_path, "eagle": eagle_source_path}.get(wrapper or "", lambda _raw, path: path)
+    paths = [source(raw, path) for path in exc.paths]
+    if not paths:
+        return error("config-rejected", field_prefix, str(exc))
+    shown = " or ".join(f"{'.'.join(path)} = {shown_value(value_at(raw, path))}" for path in paths[:3])
+    field = f"{field_prefix}.{'.'.join(paths[0])}" if len(paths) == 1 else field_prefix
+    return error("config-rejected", field, f"{exc.config_class} rejects {shown}: {exc.reason}")
+
+
 def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> tuple[Geometry | None, list[Finding]]:
     """Geometry of one config.json as `facts`' vLLM release reads it; findings (stage `config`)
     name `field_prefix`.<key> for what is wrong."""
@@ -207,7 +250,9 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
     try:
         unwrapped = {"speculators": speculators_text_config, "eagle": eagle_text_config}[wrapper](raw) if wrapper else raw
         config = parse_config(unwrapped)
-    except (ConfigRejected, ValueError) as exc:
+    except ConfigRejected as exc:
+        return None, [_rejection(exc, raw, wrapper, unwrapped, field_prefix)]
+    except ValueError as exc:
         return None, [error("config-rejected", field_prefix, str(exc))]
     text = text_config_of(config)
     findings: list[Finding] = []

@@ -49,3 +49,12 @@ def speculators_text_config(raw: dict[str, Any]) -> dict[str, Any]:
         if key in raw and key not in text:
             text[key] = raw[key]
     return text
+
+
+def speculators_source_path(raw: dict[str, Any], path: tuple[str, ...]) -> tuple[str, ...]:
+    """Where a key of `speculators_text_config(raw)` is written in `raw`: transformer_layer_config,
+    or the top-level keys copied into it."""
+    layer = raw.get("transformer_layer_config") or {}
+    if path[0] in layer or path[0] not in raw:
+        return ("transformer_layer_config",) + path
+    return path
