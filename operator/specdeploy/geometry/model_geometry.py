@@ -19,7 +19,7 @@ from specdeploy.geometry.bounds import config_bound_findings, shown_value
 from specdeploy.geometry.context_length import LENGTH_KEYS, derived_max_model_len
 from specdeploy.geometry.eagle_format import eagle_source_path, eagle_text_config, is_eagle_format
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
-from specdeploy.geometry.rejected_keys import keys_at_fault, value_at
+from specdeploy.geometry.rejected_keys import MISSING, keys_at_fault, value_at
 from specdeploy.geometry.speculators import is_speculators_config, speculators_source_path, speculators_text_config
 from specdeploy.findings import Finding, error
 from specdeploy.vllm import VllmFacts
@@ -116,6 +116,7 @@ def parse_config(raw: dict[str, Any]) -> PretrainedConfig | dict[str, Any]:
     cls = MLA_CONFIG_CLASSES.get(model_type) or (CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None)
     if cls is None:
         return raw
+
     def build(config: dict[str, Any]) -> PretrainedConfig:
         # `from_dict` with no kwargs is exactly `cls(**config_dict)` plus a logger.info whose
         # f-string serialises the whole config (~10 ms) even when the level drops the record.
@@ -226,10 +227,11 @@ def read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> t
     return geometry, list(findings)
 
 
-def _rejection(exc: ConfigRejected, raw: dict[str, Any], wrapper: str | None, parsed: dict[str, Any], field_prefix: str) -> Finding:
-    """The refusal, at the key at fault when one is: `field_prefix.<path in the config as written>`."""
+def _rejection(exc: ConfigRejected, raw: dict[str, Any], wrapper: str | None, field_prefix: str) -> Finding:
+    """The refusal, at the key at fault when one is: `field_prefix.<path in the config as written>`
+    (a key the unwrapping added, such as the architectures it chose, is not the user's to name)."""
     source = {"speculators": speculators_source_path, "eagle": eagle_source_path}.get(wrapper or "", lambda _raw, path: path)
-    paths = [source(raw, path) for path in exc.paths]
+    paths = [path for path in (source(raw, path) for path in exc.paths) if value_at(raw, path, MISSING) is not MISSING]
     if not paths:
         return error("config-rejected", field_prefix, str(exc))
     shown = " or ".join(f"{'.'.join(path)} = {shown_value(value_at(raw, path))}" for path in paths[:3])
@@ -251,7 +253,7 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         unwrapped = {"speculators": speculators_text_config, "eagle": eagle_text_config}[wrapper](raw) if wrapper else raw
         config = parse_config(unwrapped)
     except ConfigRejected as exc:
-        return None, [_rejection(exc, raw, wrapper, unwrapped, field_prefix)]
+        return None, [_rejection(exc, raw, wrapper, field_prefix)]
     except ValueError as exc:
         return None, [error("config-rejected", field_prefix, str(exc))]
     text = text_config_of(config)

@@ -55,9 +55,14 @@ class _OutOfTime(Exception):
     pass
 
 
-def value_at(raw: dict[str, Any], path: Path) -> Any:
+MISSING = object()
+
+
+def value_at(raw: dict[str, Any], path: Path, default: Any = MISSING) -> Any:
     node: Any = raw
     for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return default
         node = node[key]
     return node
 
