@@ -169,8 +169,10 @@ class Cluster:
         return len(list(self.k))
 
     def events(self) -> list[dict[str, Any]]:
-        """Event bodies the operator posted (the emulator cannot store all: no generateName)."""
-        return [r.data for r in self.writes(resource="v1/events") if isinstance(r.data, dict)]
+        """The Events stored (what `kubectl get events` shows), in the order they were created."""
+        events = kmock.resource("v1/events")
+        return [json.loads(json.dumps(obj.raw)) for (resource, _, _), obj in list(self.k.objects.items())
+                if resource == events and not obj.deleted]
 
 
 @pytest.fixture

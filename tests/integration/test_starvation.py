@@ -76,10 +76,11 @@ async def test_stalled_configs_do_not_stop_a_healthy_cr(stalling_hub: FakeHub, b
     assert condition["status"] == "False" and f"{BUDGET_S:g} s budget" in condition["message"]
     assert cluster.condition(slow[0], "Ready")["status"] == "Unknown"
     assert cluster.condition(slow[0], "Validated")["reason"] == "ReconcileTimeout"
-    # Never more than one Event per CR. (kopf names Events itself; under heavy load the emulator
-    # answered some posts 409, a name collision kopf logs and drops, so "at least one" is not held.)
+    # One Event per CR, however often it is cut off again (kopf posts them from its queue after
+    # the handler: they lag the condition).
+    await eventually(lambda: all(_timeouts(cluster, n) >= 1 for n in slow), what="a ReconcileTimeout Event per CR")
     counts = [_timeouts(cluster, n) for n in slow]
-    assert max(counts) == 1 and sum(counts) >= SLOW // 2, counts
+    assert counts == [1] * SLOW, counts
     # A retry joins the read still running instead of starting another: one GET per model.
     config_gets = [p for m, p, _ in stalling_hub.requests if m == "GET" and p.endswith("/config.json")]
     assert len(config_gets) == len(set(config_gets)) <= SLOW
@@ -89,4 +90,4 @@ async def test_stalled_configs_do_not_stop_a_healthy_cr(stalling_hub: FakeHub, b
         await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", timeout=60, what=f"{name} Planned {cluster.sd(name).get('status')}")
     assert cluster.condition(slow[-1], "Progressing")["reason"] != "ReconcileTimeout"
     await asyncio.sleep(0.5)  # kopf posts Events from a queue
-    assert max(_timeouts(cluster, n) for n in slow) == 1  # still one at most, once it planned
+    assert [_timeouts(cluster, n) for n in slow] == [1] * SLOW  # still one each, once planned

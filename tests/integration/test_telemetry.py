@@ -14,6 +14,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from specdeploy.render.labels import labels
+from tests.conftest import load_config
+from tests.integration.fake_hub import FakeHub
 from tests.metrics_server import serve_metrics
 
 from .conftest import DEPLOYMENT, NS, SD_PATH, Cluster, Operator, created, eventually
@@ -81,11 +83,11 @@ def _pod(sd_name: str, pod: str, port: int, ready: bool = True, ip: str | None =
     }
 
 
-async def _serving(cluster: Cluster, doc: dict[str, Any], uid: str, port: int) -> str:
+async def _serving(cluster: Cluster, doc: dict[str, Any], uid: str, port: int, bystander: bool = True) -> str:
     name = await created(cluster, doc, uid)
     await cluster.patch_status(DEPLOYMENT, name, {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1})
-    for pod in (_pod(name, f"{name}-0", port), _pod(name, f"{name}-1", port, ready=False),
-                _pod("someone-else", "other-0", 1)):
+    pods = [_pod(name, f"{name}-0", port), _pod(name, f"{name}-1", port, ready=False)]
+    for pod in pods + ([_pod("someone-else", "other-0", 1)] if bystander else []):
         response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=pod)
         assert response.status in (200, 201), await response.text()
     return name
@@ -145,6 +147,8 @@ async def test_status_speculation_equals_the_counters_and_only_moves_with_them(
     writes = _status_writes(cluster, name, mark)
     assert 1 <= writes <= metrics.requests - scrapes, (writes, metrics.requests - scrapes)
     assert writes <= elapsed / INTERVAL_S + 1
+    # One Event for the transition to Effective, none for the scrapes after it.
+    assert len([e for e in cluster.events() if e.get("reason") == "Effective"]) == 1
 
 
 async def test_collapsed_acceptance_sets_speculation_effective_false_with_a_warning(
@@ -238,6 +242,7 @@ async def test_auto_k_moves_to_the_recommendation_through_a_rollout_and_never_wr
     assert speculation["drafts"] == 2000  # the old pod's 500 are not in the window
     assert speculation["recommendedNumSpeculativeTokens"] == 1
     assert speculation["numSpeculativeTokens"] == 5 and k_rendered() == 5
+    assert len([e for e in cluster.events() if e.get("reason") == "SpeculativeTokensChanged"]) == 1  # one change, one Event
 
 
 async def test_auto_k_that_does_not_plan_goes_back_and_the_workload_stays(
@@ -266,3 +271,80 @@ async def test_auto_k_that_does_not_plan_goes_back_and_the_workload_stays(
     assert speculation["numSpeculativeTokensReason"] == "auto: k 1 did not plan (see conditions and findings); k 3 stays"
     await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", what="Planned=True again")
     assert args_of(cluster.get(DEPLOYMENT, name)) == args  # the workload never changed
+
+
+@pytest.fixture
+def stallable_hub(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    from huggingface_hub import constants
+
+    with FakeHub() as fake:
+        fake.add_json("hub/llama", "config.json", load_config("meta-llama__Llama-3.1-8B-Instruct"))
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.url + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 30)  # a stalled read stays stalled for the test
+        monkeypatch.setenv("SPECDEPLOY_RECONCILE_BUDGET_S", str(BUDGET_S))
+        yield fake
+        fake.release.set()
+
+
+BUDGET_S = 2.0
+
+
+async def test_an_auto_k_rollout_that_stalls_is_cut_off_at_the_budget_and_starves_no_one(
+    fast_telemetry: None, stallable_hub: FakeHub, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    """The reconcile the telemetry runs for a new k is run as kopf's are (a slot, the time
+    budget): while the Hub stalls the auto CR's config read, that reconcile is cut off at the
+    budget and says so (Progressing=False ReconcileTimeout, one Event, still Ready), the
+    telemetry of another CR goes on, and the rollout finishes once the Hub answers."""
+    import json
+
+    from .test_operator import LLAMA, args_of
+
+    metrics, port = vllm_metrics
+    auto = copy.deepcopy(LLAMA)
+    auto["metadata"]["name"] = "auto-hub"
+    del auto["spec"]["target"]["config"]
+    auto["spec"]["target"]["model"] = "hub/llama"
+    auto["spec"]["draft"]["numSpeculativeTokens"] = "auto"
+    name = await _serving(cluster, auto, "uid-auto-hub", port)
+    await eventually(lambda: cluster.condition(name, "Ready").get("status") == "True", what="auto-hub Ready")
+    other_metrics = FakeVllmMetrics(k=3)
+    with serve_metrics(other_metrics.body) as other_port:
+        other = copy.deepcopy(LLAMA)
+        other["metadata"]["name"] = "bystander"
+        await _serving(cluster, other, "uid-bystander", other_port, bystander=False)
+        await eventually(lambda: metrics.requests >= 1 and other_metrics.requests >= 1, what="first scrapes")
+
+        stallable_hub.stalled.add("hub/llama")
+        metrics.step(drafts=1000, accepted_lengths=[90, 81, 729])  # k 5 is predicted faster (see above)
+        await eventually(lambda: _speculation(cluster, name).get("numSpeculativeTokens") == 5, what="k 5 in force")
+        progressing = await eventually(lambda: cluster.condition(name, "Progressing").get("reason") == "ReconcileTimeout"
+                                       and cluster.condition(name, "Progressing"), timeout=BUDGET_S + 8, what="the cut-off")
+        assert progressing["status"] == "False" and f"{BUDGET_S:g} s budget" in progressing["message"]
+        assert cluster.condition(name, "Ready")["status"] == "True"  # nothing changed in the cluster
+        assert '"num_speculative_tokens":3' in " ".join(args_of(cluster.get(DEPLOYMENT, name)))
+
+        # The other CR's telemetry goes on while the rollout's config read still stalls.
+        other_metrics.step(drafts=400, accepted_lengths=[100, 100, 100])
+        await eventually(lambda: _speculation(cluster, "bystander").get("drafts") == 400, timeout=3 * BUDGET_S + 2,
+                         what="the bystander's speculation")
+        assert not stallable_hub.release.is_set()
+        # Cut off again at every scrape while it stalls, said once.
+        await asyncio.sleep(2 * BUDGET_S)
+        assert cluster.condition(name, "Progressing")["reason"] == "ReconcileTimeout"
+
+        stallable_hub.release.set()
+        await eventually(lambda: '"num_speculative_tokens":5' in " ".join(args_of(cluster.get(DEPLOYMENT, name))),
+                         timeout=20, what="the rollout to k 5")
+        # The reconcile's status write follows its Deployment patch (and the mirror's write of it).
+        await eventually(lambda: cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 5, what="status.plan with k 5")
+        await eventually(lambda: cluster.condition(name, "Progressing").get("reason") != "ReconcileTimeout", what="the note gone")
+
+    def timeouts() -> list[dict[str, Any]]:
+        return [e for e in cluster.events() if e.get("reason") == "ReconcileTimeout" and e["involvedObject"]["name"] == name]
+
+    await eventually(timeouts, what="the ReconcileTimeout Event")
+    assert len(timeouts()) == 1 and timeouts()[0]["type"] == "Warning"
+    assert not [e for e in cluster.events() if e.get("reason") == "ReconcileTimeout" and e["involvedObject"]["name"] == "bystander"]

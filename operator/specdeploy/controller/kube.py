@@ -28,19 +28,20 @@ from kubernetes.client import Configuration
 
 from specdeploy import __version__
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
+from specdeploy.controller.env import Number
 from specdeploy.controller.permissions import allows
 
 RETRY_DELAY_S = 15.0
 USER_AGENT = f"specdeploy/{__version__} (aiohttp)"
 # Seconds per API request (connect, read); SPECDEPLOY_API_TIMEOUT_S overrides the read part.
 API_TIMEOUT_ENV = "SPECDEPLOY_API_TIMEOUT_S"
+API_TIMEOUT = Number(API_TIMEOUT_ENV, 60.0, minimum=0, exclusive=True)
+# Concurrent connections to the API server (aiohttp's limit_per_host).
+API_CONNECTIONS = Number("SPECDEPLOY_API_CONNECTIONS", 16, minimum=1, integer=True)
 
 
 def request_timeout() -> tuple[float, float]:
-    try:
-        read = float(os.environ.get(API_TIMEOUT_ENV, "60"))
-    except ValueError:
-        read = 60.0
+    read = API_TIMEOUT.get()
     return (min(10.0, read), read)
 
 
@@ -114,7 +115,7 @@ class Kube:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             # A connection pool per operator run; limit_per_host bounds concurrent requests.
-            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit_per_host=int(os.environ.get("SPECDEPLOY_API_CONNECTIONS", "16")))
+            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else False, limit_per_host=API_CONNECTIONS.get_int())
             self._session = aiohttp.ClientSession(connector=connector, json_serialize=json.dumps)
         return self._session
 

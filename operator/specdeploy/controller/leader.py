@@ -21,9 +21,13 @@ from kubernetes import client as k8s_client
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
+from specdeploy.controller.env import Number
+
 LEADER_ELECTION_ENV = "SPECDEPLOY_LEADER_ELECTION"  # "true" to enable
 LEASE_NAMESPACE_ENV = "SPECDEPLOY_LEASE_NAMESPACE"  # the chart: a namespace its RBAC covers
 LEASE_DURATION_ENV = "SPECDEPLOY_LEASE_DURATION_S"
+# At least 3 s: leaderelection's Config needs lease > renew deadline > 1.2 x retry period.
+LEASE_DURATION = Number(LEASE_DURATION_ENV, 12.0, minimum=3)
 LEASE_NAME = "specdeploy-operator"
 
 logger = logging.getLogger("specdeploy.leader")
@@ -57,7 +61,7 @@ def enabled() -> bool:
 def run_as_leader(operate: Callable[[threading.Event], None], api_client: k8s_client.ApiClient, namespace: str) -> None:
     """Block until leader, run `operate(stop_flag)` while leading; return when leadership is
     lost or the operator stopped."""
-    duration = float(os.environ.get(LEASE_DURATION_ENV, "12"))
+    duration = LEASE_DURATION.get()
     renew, retry = max(2, int(duration * 2 / 3)), max(1.0, duration / 6)
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     lock = PatchingLeaseLock(LEASE_NAME, namespace, identity)

@@ -1,9 +1,10 @@
 """The kopf wiring: an explicit registry, startup settings, login, the reconcile handler and
 the readiness mirror. `run()` is what `specdeploy run` and `python -m specdeploy.demo` call.
 
-Handlers are thin and asynchronous: they take the client from `memo`, await `Reconciler`
-within the reconcile time budget (SPECDEPLOY_RECONCILE_BUDGET_S), post Events and turn a
-transient failure into `kopf.TemporaryError`. Status is written by `Reconciler.write_status`
+Handlers are thin and asynchronous: they take the client from `memo`, run the reconcile as
+`attempt.reconcile_once` does for every caller (a slot, the time budget
+SPECDEPLOY_RECONCILE_BUDGET_S, a status note when cut off), post Events and turn a transient
+failure into `kopf.TemporaryError`. Status is written by `Reconciler.write_status`
 (the status subresource, one writer per CR at a time), not through kopf's `patch`: kopf
 writes after the handler returns, outside that lock. Nothing blocks kopf's event loop: the API
 client is aiohttp, and CPU-bound work and Hub reads run in the bounded pools of `offload.py`. There is no timer, daemon or delete
@@ -14,8 +15,6 @@ status.speculation) is one operator-wide loop, registered by `telemetry.register
 
 from __future__ import annotations
 
-import asyncio
-import datetime
 import logging
 import os
 import threading
@@ -26,12 +25,13 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
-from specdeploy.controller import LOG_FORMATS, leader, telemetry, webhook
+from specdeploy.controller import LOG_FORMATS, env, leader, telemetry, webhook
+from specdeploy.controller.attempt import reconcile_once, utc_now as _now
 from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration, request_timeout
-from specdeploy.controller.metrics import METRICS, METRICS_PORT_ENV
+from specdeploy.controller.metrics import METRICS, METRICS_PORT
 from specdeploy.controller.offload import reconcile_budget
-from specdeploy.controller.reconcile import Reconciler, Result
+from specdeploy.controller.reconcile import Reconciler
 from specdeploy.controller import state
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL
 
@@ -42,13 +42,10 @@ READ_SECRETS_ENV = "SPECDEPLOY_READ_HF_TOKEN_SECRETS"
 _CHILD_FILTER = {MANAGED_BY_LABEL: MANAGED_BY}
 # Multiplies every retry delay (tests shorten them; 1 in production).
 BACKOFF_SCALE_ENV = "SPECDEPLOY_BACKOFF_SCALE"
+BACKOFF_SCALE = env.Number(BACKOFF_SCALE_ENV, 1.0, minimum=0)
 LOG_FORMAT_ENV = "SPECDEPLOY_LOG_FORMAT"  # text (default) | json
 # kind -> (first delay, cap) in seconds.
 BACKOFF = {"api": (2.0, 120.0), "source": (15.0, 600.0), "slow": (30.0, 600.0)}
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @kopf.on.startup(registry=registry)
@@ -119,18 +116,11 @@ def _post(body: Any, events: list[tuple[str, str, str]]) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
 
 
-def _scale() -> float:
-    try:
-        return max(0.0, float(os.environ.get(BACKOFF_SCALE_ENV, "1")))
-    except ValueError:
-        return 1.0
-
-
 def backoff(kind: str, retry: int) -> float:
     """Seconds before retry number `retry` (0-based): exponential per kind, capped. "slow" is
     for refusals a person fixes (RBAC, a missing CRD); "source" for an unreachable Hub."""
     base, cap = BACKOFF[kind]
-    return _scale() * min(cap, base * 2 ** min(retry, 16))
+    return BACKOFF_SCALE.get() * min(cap, base * 2 ** min(retry, 16))
 
 
 def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
@@ -138,51 +128,14 @@ def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
                       offload=memo.offload, status=memo.status)
 
 
-async def _note(reconciler: Reconciler, body: kopf.Body, logger: Any, compute: Any) -> Result:
-    """Write a failure note (over budget, unexpected error) against the live status; a note
-    that cannot be written is logged, and the retry tries again."""
-    meta = body.get("metadata") or {}
-    try:
-        result = await reconciler.write_status(meta["namespace"], meta["name"], compute)
-    except (KubeTemporaryError, KubePermanentError) as exc:
-        logger.warning("Could not write the status: %s", exc)
-        return Result({})
-    _post(result.body or body, result.events)
-    return result
-
-
 @kopf.on.resume(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
-    reconciler = _reconciler(memo, logger)
-    meta = body.get("metadata") or {}
-    with METRICS.duration.time():
-        try:
-            async with memo.slots.held():  # waiting for a slot is not the CR's time
-                result: Result = await asyncio.wait_for(reconciler.reconcile(body, now=_now(), retry=retry), memo.budget_s)
-        except asyncio.TimeoutError as exc:  # over budget: say so, retry later; the others go on
-            METRICS.reconciles.labels("timeout").inc()
-            logger.warning("Reconcile took longer than its %g s budget; retrying", memo.budget_s)
-            result = await _note(reconciler, body, logger, lambda live: reconciler.over_budget(live, memo.budget_s, now=_now()))
-            raise kopf.TemporaryError(result.retry or "over budget", delay=backoff("api", retry)) from exc
-        except KubeTemporaryError as exc:  # reading the CR itself failed: nothing decided yet
-            METRICS.reconciles.labels("retry").inc()
-            raise kopf.TemporaryError(str(exc), delay=backoff("slow" if exc.slow else "api", retry)) from exc
-        except Exception as exc:  # a bug: say so in status rather than leave none
-            METRICS.reconciles.labels("error").inc()
-            logger.exception("Reconcile failed unexpectedly")
-            result = await _note(reconciler, body, logger, lambda live: reconciler.failed(live, exc, now=_now()))
-            raise kopf.TemporaryError(result.retry or str(exc), delay=backoff("api", retry)) from exc
-    if result.body is None:
-        return  # the CR is gone
-    METRICS.state.observe(meta.get("namespace", ""), meta.get("name", ""), result.status)
-    _post(result.body, result.events)
-    if result.retry is not None:
-        METRICS.reconciles.labels("retry").inc()
-        raise kopf.TemporaryError(result.retry, delay=backoff(result.retry_kind, retry))
-    valid = all(c.get("status") == "True" for c in result.status.get("conditions") or [] if c.get("type") in ("Validated", "Planned"))
-    METRICS.reconciles.labels("ok" if valid else "invalid").inc()
+    """In a slot, within the budget (`attempt.reconcile_once`); kopf retries with our backoff."""
+    outcome = await reconcile_once(_reconciler(memo, logger), body, budget_s=memo.budget_s, logger=logger, post=_post, retry=retry)
+    if outcome.retry is not None:
+        raise kopf.TemporaryError(outcome.retry, delay=backoff(outcome.retry_kind, retry))
 
 
 def _deleted(type: str | None, **_: Any) -> bool:
@@ -284,13 +237,14 @@ def run(
     and /readyz."""
     if not namespaces and not all_namespaces:
         raise ValueError("give --namespace at least once, or --all-namespaces")
+    env.check()  # every numeric setting, before anything starts
     configure_logging(log_format or os.environ.get(LOG_FORMAT_ENV, "text"))
     try:  # fail fast with a clear message instead of kopf retrying its startup every minute
         api_client = _api_client()
     except k8s_config.ConfigException as exc:
         raise ValueError(f"no Kubernetes credentials ({exc}): set KUBECONFIG, or run in a pod with a service account") from exc
-    port = os.environ.get(METRICS_PORT_ENV)
-    server = METRICS.serve(int(port)) if port else None
+    port = METRICS_PORT.get_int()
+    server = METRICS.serve(port) if port else None
     METRICS.ready.set()  # serving (as leader or standby)
 
     def operate(stop: threading.Event) -> None:

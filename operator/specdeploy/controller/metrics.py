@@ -15,7 +15,10 @@ from typing import Any, Iterable
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from specdeploy.controller.env import Number
+
 METRICS_PORT_ENV = "SPECDEPLOY_METRICS_PORT"
+METRICS_PORT = Number(METRICS_PORT_ENV, 0, minimum=1, maximum=65535, integer=True)  # unset: no server
 
 
 class _StateCollector:

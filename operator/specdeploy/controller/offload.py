@@ -18,7 +18,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, Hashable, TypeVar
 
-from specdeploy.controller.env import env_number
+from specdeploy.controller.env import Number
 
 T = TypeVar("T")
 
@@ -29,19 +29,23 @@ IO_WORKERS_ENV = "SPECDEPLOY_IO_WORKERS"
 SLOTS_ENV = "SPECDEPLOY_MAX_RECONCILES"
 ORPHAN_TTL_S = 600.0
 DEFAULT_SLOTS = 32
+BUDGET = Number(BUDGET_ENV, DEFAULT_BUDGET_S, minimum=0.1)
+CPU_WORKERS = Number(CPU_WORKERS_ENV, min(4, os.cpu_count() or 1), minimum=1, integer=True)
+IO_WORKERS = Number(IO_WORKERS_ENV, 16, minimum=1, integer=True)
+SLOTS = Number(SLOTS_ENV, DEFAULT_SLOTS, minimum=1, integer=True)
 
 
 def reconcile_budget() -> float:
     """Seconds one reconcile may take before it is cut off, said so in status and retried."""
-    return env_number(BUDGET_ENV, DEFAULT_BUDGET_S, minimum=0.1)
+    return BUDGET.get()
 
 
 class OffLoop:
     """The two pools and the jobs in flight, for one operator run (created on its loop)."""
 
     def __init__(self, cpu_workers: int | None = None, io_workers: int | None = None) -> None:
-        cpu = cpu_workers or int(env_number(CPU_WORKERS_ENV, min(4, os.cpu_count() or 1), minimum=1))
-        io = io_workers or int(env_number(IO_WORKERS_ENV, 16, minimum=1))
+        cpu = cpu_workers or CPU_WORKERS.get_int()
+        io = io_workers or IO_WORKERS.get_int()
         self.cpu = ThreadPoolExecutor(max_workers=cpu, thread_name_prefix="specdeploy-cpu")
         self.io = ThreadPoolExecutor(max_workers=io, thread_name_prefix="specdeploy-io")
         self._running: dict[Hashable, asyncio.Future[Any]] = {}
@@ -101,7 +105,7 @@ class Slots:
     so CRs whose configs stall never hold the slots the others need."""
 
     def __init__(self, n: int | None = None) -> None:
-        self.n = n or int(env_number(SLOTS_ENV, DEFAULT_SLOTS, minimum=1))
+        self.n = n or SLOTS.get_int()
         self._free: asyncio.Semaphore | None = None
 
     def _semaphore(self) -> asyncio.Semaphore:

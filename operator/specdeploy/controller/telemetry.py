@@ -24,14 +24,17 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 import kopf
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from specdeploy.api.status import Condition
-from specdeploy.controller.env import env_number
+from specdeploy.controller.attempt import Events, reconcile_once
+from specdeploy.controller.env import Number
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller.offload import reconcile_budget
+from specdeploy.controller.reconcile import Reconciler
 from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, selector_labels, selector_string
 from specdeploy.telemetry import Window, analyse, parse_counters
 from specdeploy.telemetry.auto_k import KChange, decide_k
@@ -43,6 +46,8 @@ INTERVAL_ENV = "SPECDEPLOY_TELEMETRY_INTERVAL_S"
 WINDOW_ENV = "SPECDEPLOY_TELEMETRY_WINDOW_S"
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_WINDOW_S = 600.0
+INTERVAL = Number(INTERVAL_ENV, DEFAULT_INTERVAL_S, minimum=0, exclusive=True)
+WINDOW = Number(WINDOW_ENV, DEFAULT_WINDOW_S, minimum=0, exclusive=True)
 SCRAPE_TIMEOUT_S = 3.0  # a pod that cannot answer /metrics in 3 s is skipped, not waited for
 MAX_PARALLEL_SCRAPES = 8
 CONDITION = "SpeculationEffective"
@@ -125,6 +130,9 @@ class _Tracked:
     window: Window
     k: int | None = None
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # A k rollout whose reconcile did not finish (over budget, an API error): the next scrape
+    # runs it again (kopf does not: the spec did not change).
+    owed: Callable[[], Awaitable[None]] | None = None
 
 
 class Telemetry:
@@ -132,10 +140,12 @@ class Telemetry:
     counters moved and a rounded value changed, so at most one per interval and none while
     the pods count nothing."""
 
-    def __init__(self, kube: Kube, logger: logging.Logger, *, window_s: float = DEFAULT_WINDOW_S, fetch: Fetch = fetch_metrics):
+    def __init__(self, kube: Kube, logger: logging.Logger, *, window_s: float = DEFAULT_WINDOW_S, fetch: Fetch = fetch_metrics,
+                 budget_s: float | None = None):
         self.kube = kube
         self.logger = logger
         self.window_s = window_s
+        self.budget_s = budget_s if budget_s is not None else reconcile_budget()
         self.fetch = fetch
         self._lock = threading.Lock()
         self._tracked: dict[tuple[str, str], _Tracked] = {}
@@ -173,6 +183,9 @@ class Telemetry:
         if not plan or not status.get("workload"):
             return None  # nothing serving yet
         namespace, name = meta["namespace"], meta["name"]
+        if tracked.owed is not None:
+            owed, tracked.owed = tracked.owed, None
+            await owed()
         k = plan.get("numSpeculativeTokens")
         if tracked.k != k:  # a new k means new pods: acceptance of the old k says nothing of it
             tracked.window, tracked.k = Window(self.window_s), k
@@ -187,15 +200,19 @@ class Telemetry:
             change = decide_k(analysis, current_k=k, last_change_s=_seconds(previous.get("numSpeculativeTokensChangedAt")), now_s=now_s)
         patch = await self._write(body, status, analysis, read, skipped, now_s, change)
         if change is not None:
-            await self._roll_out(namespace, name, change, old_k=k)
+            await self._roll_out(tracked, namespace, name, change, old_k=k)
         return patch
 
-    async def _roll_out(self, namespace: str, name: str, change: KChange, old_k: int) -> None:
+    async def _roll_out(self, tracked: _Tracked, namespace: str, name: str, change: KChange, old_k: int) -> None:
         """Re-run the reconcile with the new k in force: it renders it into --speculative-config
         and the workload rolls out as for any spec change. The spec itself is never written.
         If the new k does not plan (it changes the memory fit of some drafts), k goes back, and
-        the hourly limit keeps auto from trying again at once."""
-        planned = await self._reconcile(namespace, name)
+        the hourly limit keeps auto from trying again at once. A reconcile that does not finish
+        is run again at the next scrape."""
+        done, planned = await self._reconcile(namespace, name)
+        if not done:
+            tracked.owed = lambda: self._roll_out(tracked, namespace, name, change, old_k)
+            return
         if planned is None or planned == change.k:
             self.logger.info("%s/%s: %s", namespace, name, change.reason)
             return
@@ -204,22 +221,38 @@ class Telemetry:
         await self.kube.merge_patch(KIND, namespace, name, {"status": {"speculation": {
             "numSpeculativeTokens": old_k, "numSpeculativeTokensReason": why, "numSpeculativeTokensChangedAt": now}}},
             subresource="status")
-        await self._reconcile(namespace, name)
         self.logger.warning("%s/%s: %s", namespace, name, why)
+        await self._settle(tracked, namespace, name)
 
-    async def _reconcile(self, namespace: str, name: str) -> int | None:
-        """One reconcile of the live object, its status written; the k it planned, if any."""
-        from specdeploy.controller.reconcile import Reconciler
+    async def _settle(self, tracked: _Tracked, namespace: str, name: str) -> None:
+        """The reconcile after a k went back, run again at the next scrape until it finishes."""
+        done, _ = await self._reconcile(namespace, name)
+        if not done:
+            tracked.owed = lambda: self._settle(tracked, namespace, name)
 
+    async def _reconcile(self, namespace: str, name: str) -> tuple[bool, int | None]:
+        """One reconcile of the live object, run as kopf's handlers run it (a reconcile slot,
+        the time budget, a status note when cut off: `attempt.reconcile_once`), so a CR whose
+        reconcile stalls holds up neither this loop nor the others' reconciles. (finished, the
+        k it planned: None when the CR is gone, -1 when it did not plan)."""
         fresh = await self.kube.get(KIND, namespace, name)
         if fresh is None:
-            return None
-        result = await Reconciler(self.kube, self.logger).reconcile(fresh, now=_utc(time.time()))  # writes the status
-        for type_, reason, message in result.events:
-            await self._event(result.body or fresh, type_, reason, message, _utc(time.time()))
-        status = result.status
+            return True, None
+        outcome = await reconcile_once(Reconciler(self.kube, self.logger), fresh, budget_s=self.budget_s,
+                                       logger=self.logger, post=self._post)
+        if outcome.result is None:
+            self.logger.warning("%s/%s: the reconcile for the new k did not finish (%s); retrying at the next scrape",
+                                namespace, name, outcome.retry)
+            return False, None
+        if outcome.result.body is None:
+            return True, None
+        status = outcome.result.status
         planned = next((c for c in status.get("conditions") or [] if c.get("type") == "Planned"), {})
-        return (status.get("plan") or {}).get("numSpeculativeTokens") if planned.get("status") == "True" else -1
+        return True, (status.get("plan") or {}).get("numSpeculativeTokens") if planned.get("status") == "True" else -1
+
+    async def _post(self, body: Mapping[str, Any], events: Events) -> None:
+        for type_, reason, message in events:
+            await self._event(body, type_, reason, message, _utc(time.time()))
 
     async def _scrape(self, tracked: _Tracked, namespace: str, name: str, now_s: float) -> tuple[bool, list[tuple[str, str]], int]:
         wanted_labels = selector_labels(name).items()  # also client-side: the selector is the contract
@@ -354,9 +387,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
 
     @kopf.on.startup(registry=registry)
     async def start_telemetry(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-        interval = env_number(INTERVAL_ENV, DEFAULT_INTERVAL_S, minimum=0, exclusive=True)
+        interval = INTERVAL.get()
         memo.telemetry = Telemetry(memo.kube, logging.getLogger("specdeploy.telemetry"),
-                                   window_s=env_number(WINDOW_ENV, DEFAULT_WINDOW_S, minimum=0, exclusive=True))
+                                   window_s=WINDOW.get(), budget_s=memo.budget_s)
         memo.telemetry_task = asyncio.create_task(_loop(memo.telemetry, interval), name="specdeploy-telemetry")
 
     @kopf.on.cleanup(registry=registry)

@@ -22,11 +22,13 @@ import kopf
 
 from specdeploy.api.parse import parse_object, parse_spec
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
+from specdeploy.controller.env import Number
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
 from specdeploy.findings import Severity
 
 HANDLER_ID = "validate-speculativedeployment"  # kopf routes POST /<id> to this handler
 PORT_ENV = "SPECDEPLOY_WEBHOOK_PORT"
+PORT = Number(PORT_ENV, 0, minimum=1, maximum=65535, integer=True)  # unset: no webhook
 CERT_DIR_ENV = "SPECDEPLOY_WEBHOOK_CERT_DIR"  # tls.crt + tls.key, as cert-manager and the chart write them
 # (namespace, name, key) -> the key's text, or None when the ConfigMap or key is missing.
 ConfigMapLookup = Callable[[str, str, str], "str | None"]
@@ -118,17 +120,17 @@ async def _disabled(fn: Any) -> AsyncIterator[Any]:
 
 
 def enabled() -> bool:
-    return bool(os.environ.get(PORT_ENV))
+    return bool(PORT.get_int())
 
 
 def server_from_env() -> Any:
     """kopf's webhook server on $SPECDEPLOY_WEBHOOK_PORT with the certificate in
     $SPECDEPLOY_WEBHOOK_CERT_DIR; a server that listens nowhere when the port is not set."""
-    port = os.environ.get(PORT_ENV)
+    port = PORT.get_int()
     if not port:
         return _disabled
     cert_dir = Path(os.environ.get(CERT_DIR_ENV, "/tls"))
-    return kopf.WebhookServer(addr="0.0.0.0", port=int(port), certfile=str(cert_dir / "tls.crt"), pkeyfile=str(cert_dir / "tls.key"))
+    return kopf.WebhookServer(addr="0.0.0.0", port=port, certfile=str(cert_dir / "tls.crt"), pkeyfile=str(cert_dir / "tls.key"))
 
 
 def warm_up() -> None:

@@ -1,0 +1,73 @@
+"""The emulator names objects created by `generateName` as the API server does, so every Event
+kopf posts is stored (kopf posts each with `generateName: kopf-event-`), and refuses a create
+with neither a name nor a generateName."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from .conftest import NS, Cluster, Operator, eventually, example, with_identity
+
+EVENTS_PATH = f"/api/v1/namespaces/{NS}/events"
+LLAMA = example("llama-3.1-8b-eagle3.yaml")
+
+
+def _event(reason: str, **meta: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"namespace": NS, **meta},
+            "involvedObject": {"kind": "SpeculativeDeployment", "namespace": NS, "name": "x"},
+            "type": "Normal", "reason": reason, "message": reason}
+
+
+async def test_creates_by_generate_name_each_get_a_new_name(emulator: Any, cluster: Cluster) -> None:
+    names = []
+    for i in range(20):
+        response = await emulator.post(EVENTS_PATH, json=_event(f"R{i}", generateName="kopf-event-"))
+        assert response.status in (200, 201), await response.text()
+        names.append((await response.json())["metadata"]["name"])
+    # The API server's generator: the prefix, then 5 of its consonants and digits.
+    assert all(re.fullmatch(r"kopf-event-[bcdfghjklmnpqrstvwxz2456789]{5}", n) for n in names), names
+    assert len(set(names)) == 20
+    assert sorted(e["reason"] for e in cluster.events()) == sorted(f"R{i}" for i in range(20))
+    # A long prefix is cut so that the name stays a 63-character label.
+    response = await emulator.post(EVENTS_PATH, json=_event("long", generateName="p" * 80))
+    assert len((await response.json())["metadata"]["name"]) == 63
+    # An explicit name wins over generateName, and is refused when taken.
+    response = await emulator.post(EVENTS_PATH, json=_event("named", name="fixed", generateName="kopf-event-"))
+    assert (await response.json())["metadata"]["name"] == "fixed"
+    response = await emulator.post(EVENTS_PATH, json=_event("again", name="fixed"))
+    assert response.status == 409
+
+
+async def test_a_create_with_neither_name_nor_generate_name_is_refused(emulator: Any, cluster: Cluster) -> None:
+    response = await emulator.post(EVENTS_PATH, json=_event("nameless"))
+    assert response.status == 422
+    body = await response.json()
+    assert body["reason"] == "Invalid" and "name or generateName is required" in body["message"]
+    assert body["details"]["causes"][0]["field"] == "metadata.name"
+    assert cluster.events() == []
+
+
+async def test_two_events_of_one_cr_both_land(operator: Operator, cluster: Cluster) -> None:
+    """An invalid spec (Warnings), then the fix (Normal Events): every Event stored, as kopf
+    posted them (before, every Event after the first collided on the name None: 409)."""
+    doc = copy.deepcopy(LLAMA)
+    doc["metadata"]["name"] = "two-events"
+    doc["spec"]["draft"]["numSpeculativeTokens"] = 0
+    await cluster.create(with_identity(doc, "uid-two-events"))
+    await eventually(lambda: cluster.condition("two-events", "Validated").get("status") == "False", what="Validated=False")
+    await cluster.patch_spec("two-events", {"draft": {"numSpeculativeTokens": 3}}, generation=2)
+    await eventually(lambda: cluster.condition("two-events", "Planned").get("status") == "True", what="Planned=True")
+
+    def mine() -> list[dict[str, Any]]:
+        return [e for e in cluster.events() if e["involvedObject"]["name"] == "two-events"]
+
+    # The create: Validated=False and Stalled=True; the fix: Validated and Planned back to True.
+    await eventually(lambda: len(mine()) >= 4, what="the four Events")
+    events = mine()
+    said = [(e["type"], e["reason"], e["message"].split(":")[0]) for e in events]
+    assert said == [("Warning", "InvalidSpec", "Validated=False"), ("Warning", "InvalidSpec", "Stalled=True"),
+                    ("Normal", "Valid", "Validated=True"), ("Normal", "Planned", "Planned=True")], said
+    assert all(e["metadata"]["name"].startswith("kopf-event-") for e in events)
+    assert len({e["metadata"]["name"] for e in events}) == 4
