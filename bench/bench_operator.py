@@ -128,7 +128,7 @@ async def bench(count: int, rate: float, timeout: float, trace: str | None = Non
                 if trace:  # snapshots 2 and 3: all planned, and once kopf's idle workers are gone
                     for _ in range(2):
                         operator.send_signal(signal.SIGUSR1)
-                        await asyncio.sleep(10.0)
+                        await asyncio.sleep(float(os.environ.get("BENCH_TRACE_SETTLE_S", "10")))
                 after = sum(v for (who, _), v in emulator.request_counts.items() if who == "operator")
                 writes = sum(v for (who, m), v in emulator.request_counts.items() if who == "operator" and m in ("POST", "PATCH", "DELETE"))
                 latencies = sorted(planned[n] - created[n] for n in planned)
