@@ -367,7 +367,7 @@ def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
             "memory": {k: memory[k] for k in ("targetWeightsGiB", "draftWeightsGiB") if k in memory},
         }
     if status.get("workload"):
-        slim_status["workload"] = status["workload"]
+        slim_status["workload"] = copy.deepcopy(status["workload"])
     if status.get("speculation"):
         slim_status["speculation"] = copy.deepcopy(status["speculation"])
     # Only the condition the scraper owns (set_condition leaves the others alone) and the
