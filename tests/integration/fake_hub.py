@@ -78,6 +78,20 @@ class FakeHub:
         self.thread.start()
         return self
 
+    def serve_as_hub(self, monkeypatch: Any, cache_dir: Any, *, read_timeout_s: float = 120.0) -> None:
+        """Point huggingface_hub (and so the operator's Hub reads, in this process) at this
+        stand-in, with its own file cache. `read_timeout_s` replaces the operator's 10 s read
+        timeout: a stall lasts until the test releases it, even on a slow machine (where 10 s
+        would end it, and the retry would read again)."""
+        from huggingface_hub import constants
+
+        from specdeploy.sources import hub
+
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", self.url + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache_dir))
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(hub, "DIRECT_TIMEOUT_S", read_timeout_s)
+
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()

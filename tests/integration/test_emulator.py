@@ -71,3 +71,29 @@ async def test_two_events_of_one_cr_both_land(operator: Operator, cluster: Clust
                     ("Normal", "Valid", "Validated=True"), ("Normal", "Planned", "Planned=True")], said
     assert all(e["metadata"]["name"].startswith("kopf-event-") for e in events)
     assert len({e["metadata"]["name"] for e in events}) == 4
+
+
+async def test_the_telemetrys_events_land_for_a_cr_of_any_valid_name(emulator: Any, cluster: Cluster) -> None:
+    """The telemetry posts its own Events (it runs outside kopf's handlers). The API server names
+    them from the CR's name, cut to fit, so a 253-character CR name still gets its Events; a
+    name built as '<cr>.<16 hex>' would be 270 characters, which the API server refuses."""
+    import logging
+
+    from specdeploy.controller.kube import Kube, load_configuration
+    from specdeploy.controller.telemetry import Telemetry
+
+    kube = Kube(load_configuration())
+    telemetry = Telemetry(kube, logging.getLogger("test"))
+    long_name = ".".join(["a" * 63] * 4)[:253]
+    try:
+        for name in ("short", long_name):
+            body = {"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment",
+                    "metadata": {"name": name, "namespace": NS, "uid": f"uid-{len(name)}"}}
+            await telemetry._event(body, "Warning", "AcceptanceCollapsed", "acceptance 0.4%", "2026-12-03T00:00:00Z")
+    finally:
+        await kube.close()
+    events = {e["involvedObject"]["name"]: e for e in cluster.events()}
+    assert set(events) == {"short", long_name}
+    assert re.fullmatch(r"short\.[bcdfghjklmnpqrstvwxz2456789]{5}", events["short"]["metadata"]["name"])
+    stored = events[long_name]["metadata"]["name"]
+    assert len(stored) <= 63 and stored.startswith("a" * 58)

@@ -150,15 +150,9 @@ async def test_long_names_give_valid_child_names_and_labels(operator: Operator, 
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from huggingface_hub import constants
-
     with FakeHub() as fake:
         fake.add_json("meta-llama/Llama-3.1-8B-Instruct", "config.json", load_config("meta-llama__Llama-3.1-8B-Instruct"))
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.url + "/{repo_id}/resolve/{revision}/{filename}")
-        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 2)
-        monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 2)
+        fake.serve_as_hub(monkeypatch, tmp_path / "hub-cache")
         monkeypatch.setenv("SPECDEPLOY_BACKOFF_SCALE", "0.05")
         yield fake
 

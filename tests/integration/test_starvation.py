@@ -25,21 +25,11 @@ BUDGET_S = 6.0  # kmock answers in 0.2-1 s per request once thousands are logged
 
 @pytest.fixture
 def stalling_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from huggingface_hub import constants
-
-    from specdeploy.sources import hub
-
     with FakeHub() as fake:
         for i in range(SLOW):
             fake.add_json(f"slow/model-{i}", "config.json", load_config("meta-llama__Llama-3.1-8B-Instruct"))
             fake.stalled.add(f"slow/model-{i}")
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.url + "/{repo_id}/resolve/{revision}/{filename}")
-        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        # The stall must outlast the test: at the operator's 10 s read timeout a slow machine
-        # sees a read fail and start again (a second GET, a second cut-off and Event), which is
-        # right for a Hub that hangs but not what this test measures.
-        monkeypatch.setattr(hub, "DIRECT_TIMEOUT_S", 120.0)
+        fake.serve_as_hub(monkeypatch, tmp_path / "hub-cache")
         monkeypatch.setenv("SPECDEPLOY_BACKOFF_SCALE", "0.5")  # sparse retries: kmock slows with every request it logs
         monkeypatch.setenv("SPECDEPLOY_RECONCILE_BUDGET_S", str(BUDGET_S))
         yield fake

@@ -275,14 +275,9 @@ async def test_auto_k_that_does_not_plan_goes_back_and_the_workload_stays(
 
 @pytest.fixture
 def stallable_hub(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    from huggingface_hub import constants
-
     with FakeHub() as fake:
         fake.add_json("hub/llama", "config.json", load_config("meta-llama__Llama-3.1-8B-Instruct"))
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.url + "/{repo_id}/resolve/{revision}/{filename}")
-        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 30)  # a stalled read stays stalled for the test
+        fake.serve_as_hub(monkeypatch, tmp_path / "hub-cache")  # a stalled read stays stalled for the test
         monkeypatch.setenv("SPECDEPLOY_RECONCILE_BUDGET_S", str(BUDGET_S))
         yield fake
         fake.release.set()

@@ -23,7 +23,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -338,7 +337,8 @@ class Telemetry:
         meta = body["metadata"]
         event = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+            # The API server names it (truncating the prefix to fit): a CR name may be 253 characters.
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {"apiVersion": body.get("apiVersion", f"{API_GROUP}/{API_VERSION}"), "kind": KIND,
                                "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
             "type": type_, "reason": reason, "message": message[:1024],
