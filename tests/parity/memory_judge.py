@@ -106,10 +106,12 @@ def _group(size: int) -> SimpleNamespace:
 
 
 def _inspected(build: Any) -> Any:
-    """`build()`, once more if vLLM's registry failed to inspect the architecture. The registry
-    caches a failed inspection for the process (`_try_inspect_model_cls` is an lru_cache), so
-    one transient failure (an import starved of memory on a loaded machine) would turn every
-    later case of that architecture into a config refusal. A failure that repeats is vLLM's
+    """`build()`, once more if vLLM's registry failed to inspect or load the architecture. The
+    registry caches a failed lookup for the process (`_try_inspect_model_cls` and
+    `_try_load_model_cls` are lru_caches), so one failure outside the judge (another test's
+    ModelConfig importing a VL class without the torchvision stand-in) or a transient one (an
+    import starved of memory on a loaded machine) would turn every later case of that
+    architecture into a refusal. A failure that repeats is vLLM's
     verdict, with the inspection's own error (logged by the registry) in the message."""
     import logging
 
@@ -120,8 +122,7 @@ def _inspected(build: Any) -> Any:
     except ValueError as exc:
         if "failed to be inspected" not in str(exc):
             raise
-    registry._try_inspect_model_cls.cache_clear()
-    registry._try_load_model_cls.cache_clear()
+    _forget_failed_lookups()
     errors: list[str] = []
 
     class Collect(logging.Handler):
@@ -139,6 +140,15 @@ def _inspected(build: Any) -> Any:
         raise
     finally:
         logging.getLogger(registry.__name__).removeHandler(handler)
+
+
+def _forget_failed_lookups() -> None:
+    """Clear the registry's per-process caches of model-class imports and inspections, which
+    also keep failures (a None)."""
+    from vllm.model_executor.models import registry
+
+    registry._try_inspect_model_cls.cache_clear()
+    registry._try_load_model_cls.cache_clear()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -210,6 +220,7 @@ class MemoryJudge:
         self._vision = _StandIn("torchvision")  # tvm_ffi, imported with the engine config, probes `cuda`
         self._gpu_deepseek_v4_heads()
         self._tmp = tempfile.TemporaryDirectory(prefix="specdeploy-memory-")
+        _forget_failed_lookups()  # e.g. a VL class that failed to import earlier in this process, before the stand-ins
 
     def _gpu_deepseek_v4_heads(self) -> None:
         """The CPU build's DeepSeek-V4 DSpark and MTP classes (models/deepseek_v4/cpu/) only raise
@@ -260,7 +271,7 @@ class MemoryJudge:
         except Exception as exc:  # noqa: BLE001 - vLLM's refusal is the verdict
             return MemoryVerdict(False, "config", _first_line(exc))
         try:
-            specs = self._build_and_collect(config, tp, method)
+            specs = _inspected(lambda: self._build_and_collect(config, tp, method))
         except Exception as exc:  # noqa: BLE001
             # A GPU-only layer (DeepSeek-V4 attention asserts a CUDA device) is no verdict on a pod.
             cpu_only = any(s in str(exc) for s in CPU_ONLY_FAILURES)

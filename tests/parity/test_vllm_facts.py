@@ -1,13 +1,16 @@
 """The facts the operator reads for the installed vLLM release must be that release's own.
 
-Regenerates the data in memory from the installed vLLM (the refresh script's own code path) and
-compares it with the committed `specdeploy/vllm/data/<version>.json`: a release whose data is
+Regenerates the data from the installed vLLM with the refresh script, in a process of its own
+(the memory judge's stand-ins in this one make modules importable that are not on the CPU
+build, e.g. `torchvision`, which would change `pp_source`), and compares it with the committed `specdeploy/vllm/data/<version>.json`: a release whose data is
 stale, or that has no data file at all, fails here. Runs once per vLLM venv of the matrix."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,8 +30,11 @@ def _load_script():
 
 
 @pytest.fixture(scope="module")
-def fresh() -> dict:
-    return _load_script().collect()
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    output = tmp_path_factory.mktemp("facts") / "fresh.json"
+    run = subprocess.run([sys.executable, str(SCRIPT), "--output", str(output)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(output.read_text())
 
 
 def test_the_installed_release_has_a_rule_set() -> None:
