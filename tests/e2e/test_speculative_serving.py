@@ -42,8 +42,8 @@ from tiny_models import build_eagle3_head, build_llama, build_pair
 pytest.importorskip("vllm")
 pytest.importorskip("kmock")
 
-from tests.integration.conftest import (  # noqa: E402  (fixtures: the operator on kmock)
-    DEPLOYMENT, NS, Cluster, Operator, cluster, emulator, eventually, operator, with_identity,
+from tests.integration.conftest import (  # noqa: E402  (fixtures: the operator on kmock, with resourceVersions and generateName)
+    DEPLOYMENT, NS, Cluster, Operator, cluster, emulator, eventually, kmock_options, operator, with_identity,
 )
 
 TELEMETRY_INTERVAL_S = 0.5
