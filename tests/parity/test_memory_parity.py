@@ -51,8 +51,10 @@ K = 3
 CPU_BLOCK_SIZE = 128
 DRAFT_PREFIXES = ("specforge__", "SafeAILab__")
 # Synthetic targets with the layer layout of published configs the fixtures lack (Qwen3-Next's
-# GatedDeltaNet without layer_types): tests/fixtures/synthetic/README.md.
-LAYOUT_TARGETS = ("layout-qwen3-next-80b",)
+# GatedDeltaNet without layer_types; the Mamba-1 and Mamba-2 families: Jamba, Granite-4.0-H,
+# Falcon-H1, Zamba2, Mamba2, FalconMamba, Nemotron-H): tests/fixtures/synthetic/README.md.
+LAYOUT_TARGETS = ("layout-qwen3-next-80b", "layout-jamba-v0.1", "layout-granite-4.0-h", "layout-falcon-h1",
+                  "layout-zamba2-2.7b", "layout-mamba2", "layout-falcon-mamba", "layout-nemotron-h-8b")
 # (target, draft, method); draft None: the target's own layers (mtp)
 PAIRS = (
     ("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3"),

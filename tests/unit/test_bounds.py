@@ -75,7 +75,7 @@ def test_real_values_pass_including_gptq_per_channel_group_size() -> None:
 
 
 def test_every_value_the_kv_cache_rules_read_is_bounded() -> None:
-    """A key planning/kv_cache.py or compressed_mla.py turns into a number, list or string must be in bounds.py, so a
+    """A key planning/kv_cache.py, layer_layout.py or compressed_mla.py turns into a number, list or string must be in bounds.py, so a
     new memory rule cannot read an unchecked value (int("x"), a modulo by 0, a 1e30-layer list)."""
     import re
     from pathlib import Path
@@ -83,8 +83,9 @@ def test_every_value_the_kv_cache_rules_read_is_bounded() -> None:
     from specdeploy.geometry.bounds import BOUNDED_KEYS
 
     planning = Path(__file__).resolve().parents[2] / "operator" / "specdeploy" / "planning"
-    source = "".join((planning / name).read_text() for name in ("kv_cache.py", "compressed_mla.py"))
-    read = set(re.findall(r"config_value\((?:text|config|model), \"(\w+)\"", source)) | set(re.findall(r"linear(?:\.get\(|\[)\"(\w+)\"", source))
+    source = "".join((planning / name).read_text() for name in ("kv_cache.py", "layer_layout.py", "compressed_mla.py"))
+    read = (set(re.findall(r"config_value\((?:text|config|model), \"(\w+)\"", source))
+            | set(re.findall(r"linear(?:\.get\(|\[)\"(\w+)\"", source)) | set(re.findall(r"\bget\(\"(\w+)\"", source)))
     assert len(read) > 15, read
     assert read <= BOUNDED_KEYS, f"read by kv_cache.py but not bounded in geometry/bounds.py: {sorted(read - BOUNDED_KEYS)}"
 

@@ -48,6 +48,15 @@ _INTS: dict[str, tuple[int, int]] = {
     **{k: (1, 4096) for k in ("linear_conv_kernel_dim", "short_conv_kernel_size")},  # kernel - 1 + k state columns
     **{k: (1, _LAYERS) for k in ("full_attention_interval", "index_topk_freq")},  # divisors
     "index_skip_topk_offset": (0, _LAYERS),
+    # Mamba-1/Mamba-2 mixers and Zamba2's shared attention (planning/layer_layout.py).
+    **{k: (0, _HEADS) for k in ("mamba_n_heads", "mamba_num_heads", "n_mamba_heads", "n_groups", "mamba_n_groups",
+                                "mamba_ngroups")},
+    **{k: (0, _WIDTH) for k in ("mamba_d_head", "mamba_head_dim", "mamba_d_state", "ssm_state_size", "state_size",
+                                "mamba_d_ssm", "attention_head_dim")},
+    **{k: (0, 1024) for k in ("mamba_expand", "expand")},
+    **{k: (1, 4096) for k in ("mamba_d_conv", "conv_kernel")},
+    "attn_layer_period": (1, _LAYERS),  # a divisor (Jamba)
+    "attn_layer_offset": (0, _LAYERS),
     **{k: (0, int(_POSITIONS)) for k in ("index_topk", "attention_chunk_size")},
 }
 # Keys whose value is a list of integers: (lowest, highest) per item and the longest list.
@@ -58,7 +67,7 @@ _INT_LISTS: dict[str, tuple[int, int, int]] = {
     "compress_ratios": (0, 1 << 20, _LAYERS),  # DeepSeek-V4: KV compression ratio per layer (planning/compressed_mla.py)
 }
 # Keys whose value is a list of strings (layer_types: one per layer).
-_STRING_LISTS: dict[str, int] = {"layer_types": _LAYERS}
+_STRING_LISTS: dict[str, int] = {"layer_types": _LAYERS, "layers_block_type": _LAYERS}
 # An int where the key may also be a list of ints (per-layer expert counts).
 _INT_OR_LIST = ("num_experts_per_tok", "num_experts")
 _MAX_STRING = 4096
@@ -72,7 +81,7 @@ _ROPE_NUMBERS = ("attention_factor", "beta_fast", "beta_slow", "low_freq_factor"
 _MAX_ROPE_FACTOR = 1e4
 _DICTS = ("text_config", "llm_config", "rope_scaling", "rope_parameters", "quantization_config", "compression_config",
           "linear_attn_config", "attn_config", "mtp_config", "speculators_config", "transformer_layer_config")
-_STRINGS = ("model_type", "quant_method", "mamba_ssm_dtype", "speculators_model_type")
+_STRINGS = ("model_type", "quant_method", "mamba_ssm_dtype", "mamba_ssm_cache_dtype", "speculators_model_type")
 # The weights' dtype: transformers' PretrainedConfig.__post_init__ does `getattr(torch, dtype)` at every config
 # level it builds (so vLLM's loader fails on any other name), and its to_dict() (dict_dtype_to_str) splits a
 # non-string, non-integer `dtype` at any depth on "." (IndexError); vllm/config/model.py _get_and_verify_dtype
@@ -92,7 +101,8 @@ _QUANT_DICTS = ("quantization_config", "compression_config")
 _MAX_LABELS = 2**16
 _PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 # One letter per layer ("F" full, "S" shared top-k: DeepSeek-V3.2 IndexCache).
-_PATTERNS = ("index_topk_pattern",)
+# NemotronH's hybrid_override_pattern: one letter per layer ("M" Mamba, "*" attention, "-" MLP, "E" MoE).
+_PATTERNS = ("index_topk_pattern", "hybrid_override_pattern")
 _MAX_ARCHITECTURES = 64
 
 

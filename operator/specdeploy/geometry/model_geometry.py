@@ -36,7 +36,8 @@ _MAX_LEN_KEYS = tuple(k for k in LENGTH_KEYS if k not in ("model_max_length", "m
 # Drafts with no attention layers: vLLM reports 0 heads, 0 KV heads and head size 0 for
 # them (MedusaModelArchConfigConvertor; MLPSpeculatorConfig has no head count at all); a
 # Medusa config's `num_heads` counts its MLP heads.
-ATTENTION_FREE_MODEL_TYPES = frozenset({"medusa", "mlp_speculator"})
+# Configs without attention heads: speculator heads, and Mamba-1 checkpoints (mamba.py: state only).
+ATTENTION_FREE_MODEL_TYPES = frozenset({"medusa", "mlp_speculator", "mamba", "falcon_mamba"})
 
 
 def _total_kv_heads(text: Any, model_type: str, heads: int) -> int:

@@ -7,9 +7,8 @@ Restates vLLM (the releases in specdeploy.vllm; these files are unchanged betwee
   656 B), `models/deepseek_v2.py` `DeepseekV32IndexerCache` (sparse-MLA indexer: uint8
   index_head_dim + 4 B per 128 for the scale, on every layer that builds an indexer),
   `.../chunked_local_attention.py` (Llama-4's RoPE layers), gpt-oss `layer_types`
-  (`SlidingWindowSpec`), `layers/mamba/mamba_utils.py` (`kda_state_shape`,
-  `gated_delta_net_state_shape`: conv state of kernel-1+k columns, recurrent state in fp32
-  for KDA, in the conv dtype for GatedDeltaNet unless the config says `mamba_ssm_dtype`);
+  (`SlidingWindowSpec`); which layers hold which cache, and the Mamba/GatedDeltaNet/KDA
+  state per layer: planning/layer_layout.py;
 - what one request needs: `v1/kv_cache_interface.py` `max_memory_usage_bytes` of each spec
   (full: every block of max_model_len; sliding window: window - 1 + in-flight tokens, + 1
   block; chunked: chunk + in-flight tokens; Mamba: (1 + k) state pages, 2 + k in `align`
@@ -33,15 +32,15 @@ from typing import Any, Iterable
 
 from specdeploy.planning import compressed_mla
 from specdeploy.planning.config_value import config_value
+from specdeploy.planning.layer_layout import (CHUNKED, FULL, INDEXER, MLA, SLIDING, STATE, attention_shape,
+                                              dtype_bytes, layer_kinds, prefill_checkpoint_blocks, state_bytes)
 
-FULL, MLA, INDEXER, SLIDING, CHUNKED, STATE = "full", "mla", "indexer", "sliding_window", "chunked_local", "state"
 FULL_KINDS = frozenset({FULL, MLA, INDEXER})  # every block of max_model_len, one group if alone
 FP8_DS_MLA_BYTES = 656  # MLAAttentionSpec page per token with cache_dtype_str fp8_ds_mla
 INDEXER_QUANT_BLOCK = 128  # DeepseekV32IndexerCache: one fp32 scale per 128 uint8 values
 GPU_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 GPU_MLA_BLOCK_SIZE = 64  # FlashMLA / FlashInfer-MLA kernel block size
 GPU_MAX_IN_FLIGHT_TOKENS = 8192  # max_num_batched_tokens of `vllm serve` on a large GPU
-_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 _KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "bfloat16": 2, "float16": 2}
 
 
@@ -87,11 +86,6 @@ class CacheNeed:
     groups: int
 
 
-def dtype_bytes(dtype: str) -> int:
-    """vLLM serves float32 checkpoints in 16 bits under dtype=auto."""
-    return min(_DTYPE_BYTES.get(dtype, 2), 2)
-
-
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     return _KV_DTYPE_BYTES.get(kv_cache_dtype, dtype_bytes(model_dtype))
 
@@ -111,55 +105,6 @@ def _indexer_layers(text: Any, layers: int) -> int:
     return sum(1 for i in range(layers) if max(i - offset + 1, 0) % freq == 0)
 
 
-def _state_bytes(text: Any, tp: int, k: int, model_dtype: str, ssm_dtype: str = "auto") -> int:
-    """One layer's conv + recurrent state on one rank (mamba_utils.py MambaStateShapeCalculator)."""
-    conv_bytes = dtype_bytes(model_dtype)
-    linear = config_value(text, "linear_attn_config")
-    if isinstance(linear, dict) and linear.get("full_attn_layers"):  # Kimi Linear / K3 KDA
-        heads, d = int(linear.get("num_heads", 0)), int(linear.get("head_dim", 0))
-        kernel = int(linear.get("short_conv_kernel_size", 4))
-        conv = (heads * d * 3) // tp * (kernel - 1 + k)  # q, k and v share one conv state
-        recurrent = heads // tp * d * d
-        return conv * conv_bytes + recurrent * (4 if ssm_dtype == "auto" else _DTYPE_BYTES[ssm_dtype])  # kda_state_dtype
-    k_heads, v_heads = int(config_value(text, "linear_num_key_heads", 0)), int(config_value(text, "linear_num_value_heads", 0))
-    k_dim, v_dim = int(config_value(text, "linear_key_head_dim", 0)), int(config_value(text, "linear_value_head_dim", 0))
-    kernel = int(config_value(text, "linear_conv_kernel_dim", 4))
-    conv = (k_dim * k_heads * 2 + v_dim * v_heads) // tp * (kernel - 1 + k)
-    recurrent = v_heads // tp * v_dim * k_dim
-    # _mamba_state_dtype: the conv dtype under auto; Qwen3.5 configs name `mamba_ssm_dtype`
-    # (models/config.py Qwen3_5ForConditionalGenerationConfig).
-    ssm = ssm_dtype if ssm_dtype != "auto" else str(config_value(text, "mamba_ssm_dtype", "")).replace("torch.", "")
-    return conv * conv_bytes + recurrent * (_DTYPE_BYTES.get(ssm, conv_bytes) if ssm else conv_bytes)
-
-
-def _layer_kinds(text: Any, layers: int) -> list[str]:
-    """Attention kind of every decoder layer, as the model files build them."""
-    linear = config_value(text, "linear_attn_config")
-    if isinstance(linear, dict) and linear.get("full_attn_layers"):  # Kimi Linear / K3 (1-based)
-        full = {int(i) - 1 for i in linear["full_attn_layers"]}
-        return [FULL if i in full else STATE for i in range(layers)]
-    layer_types = config_value(text, "layer_types")
-    if isinstance(layer_types, list) and len(layer_types) >= layers:
-        names = {"full_attention": FULL, "sliding_attention": SLIDING, "linear_attention": STATE,
-                 "chunked_attention": CHUNKED}
-        return [names.get(str(t), FULL) for t in layer_types[:layers]]
-    interval = config_value(text, "full_attention_interval")
-    if interval and config_value(text, "linear_num_value_heads"):  # Qwen3-Next without layer_types
-        return [FULL if (i + 1) % int(interval) == 0 else STATE for i in range(layers)]
-    chunk, no_rope = config_value(text, "attention_chunk_size"), config_value(text, "no_rope_layers")
-    if chunk and isinstance(no_rope, list):  # llama4.py: NoPE layers are global, RoPE layers chunked
-        return [FULL if i < len(no_rope) and no_rope[i] == 0 else CHUNKED for i in range(layers)]
-    if int(config_value(text, "sliding_window", 0) or 0) > 0 and config_value(text, "use_sliding_window", True) is not False:
-        # Mistral-7B-v0.1 / Phi-3 style: a model-wide window and no layer_types. Every layer's
-        # Attention takes cache_config.sliding_window (= ModelConfig.get_sliding_window(), the
-        # text config's `sliding_window`; 0 means none) when the model file passes no
-        # per-layer window (model_executor/layers/attention/attention.py, config/model.py).
-        # transformers' config classes already turn `sliding_window_pattern` (Gemma-3, Cohere2)
-        # and Qwen2's `use_sliding_window`/`max_window_layers` into layer_types or None.
-        return [SLIDING] * layers
-    return [FULL] * layers
-
-
 def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int = 0,
                        layers: int | None = None, role: str = "target",
                        mamba_ssm_cache_dtype: str = "auto") -> list[LayerCache]:
@@ -171,7 +116,7 @@ def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int
     if compressed_mla.is_compressed_mla(text):
         return _compressed_mla_caches(model, pp, kv_cache_dtype, layers, role)
     count = model.num_layers if layers is None else layers
-    kinds = _layer_kinds(text, model.num_layers)[:count] if layers is None else [FULL] * count
+    kinds = layer_kinds(text, model.num_layers) if layers is None else [FULL] * count
     per_kind: dict[str, int] = {}
     for kind in kinds:
         per_kind[kind] = per_kind.get(kind, 0) + 1
@@ -180,20 +125,21 @@ def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int
     out: list[LayerCache] = []
     for kind, n in per_kind.items():
         n = _per_stage(n, pp)
-        if kind == STATE:
-            # models/kimi_k3/nvidia/kda.py: one prefill checkpoint page where the KDA backend aligns.
-            kda = isinstance(config_value(text, "linear_attn_config"), dict)
-            out.append(LayerCache(STATE, n, state_bytes=_state_bytes(text, tp, k, model.dtype, mamba_ssm_cache_dtype), model=role,
-                                  checkpoint_blocks=1 if kda else 0))
+        state = state_bytes(text, tp, k, model.dtype, mamba_ssm_cache_dtype) if kind == STATE else 0
+        if state:
+            out.append(LayerCache(STATE, n, state_bytes=state, model=role,
+                                  checkpoint_blocks=prefill_checkpoint_blocks(text)))
             continue
+        # A state layer of a family we cannot size is counted as full attention: more than
+        # vLLM needs, never less.
         if model.uses_mla:
             # Sparse MLA backends (FLASHMLA_SPARSE) canonicalize a quantized KV dtype to fp8_ds_mla.
             fp8_ds = kv_cache_dtype == "fp8_ds_mla" or (sparse and kv_bytes == 1)
             per_token = FP8_DS_MLA_BYTES if fp8_ds else model.head_size * kv_bytes
             out.append(LayerCache(MLA, n, per_token, model=role))
             continue
-        heads = max(1, model.num_kv_heads // tp)
-        per_token = heads * 2 * model.head_size * kv_bytes
+        heads, head_size = attention_shape(text, model.num_kv_heads, model.head_size, tp)
+        per_token = heads * 2 * head_size * kv_bytes
         window = int(config_value(text, "sliding_window", 0)) if kind == SLIDING else int(config_value(text, "attention_chunk_size", 0)) if kind == CHUNKED else 0
         out.append(LayerCache(kind if window else FULL, n, per_token, window, model=role))
     indexers = _indexer_layers(text, model.num_layers) if layers is None else (count if sparse else 0)
