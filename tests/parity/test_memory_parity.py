@@ -77,6 +77,11 @@ PAIRS = (
     # Dense checkpoints under dspark: vLLM builds DeepSeek-V4's DSpark head from them and fails.
     ("Qwen__Qwen3-8B", "Qwen__Qwen3-0.6B", "dspark"),
     ("deepseek-ai__DeepSeek-V3", None, "dspark"),
+    # Speculation over Mamba state: k more state pages, and Mamba-2's k more conv columns.
+    ("layout-granite-4.0-h", None, "ngram"),
+    ("layout-falcon-h1", None, "ngram"),
+    ("layout-jamba-v0.1", None, "ngram"),
+    ("layout-nemotron-h-8b", None, "ngram"),
 )
 
 

@@ -45,6 +45,15 @@ QUANT = {"quant_method": "gptq", "bits": 4}
     ("no_rope_layers", [1, "x"], "no_rope_layers"),
     ("sliding_window", -4096, "sliding_window"),
     ("mamba_ssm_dtype", 16, "mamba_ssm_dtype"),
+    # Mamba-1/Mamba-2 layouts and state (planning/layer_layout.py).
+    ("mamba_d_state", 10**18, "mamba_d_state"),
+    ("attn_layer_period", 0, "attn_layer_period"),
+    ("conv_kernel", 0, "conv_kernel"),
+    ("mamba_expand", -1, "mamba_expand"),
+    ("mamba_expand", float("inf"), "mamba_expand"),
+    ("hybrid_override_pattern", ["M", "*"], "hybrid_override_pattern"),
+    ("layers_block_type", {"mamba": 1}, "layers_block_type"),
+    ("mamba_ssm_cache_dtype", "int3", "mamba_ssm_cache_dtype"),
     ("num_attention_heads", 10**400, "num_attention_heads"),
     ("architectures", ["x" * 100_000], "architectures"),
     # RoPE parameters transformers' rope validation reads (it raised TypeError/len() of None).

@@ -159,3 +159,37 @@ def test_qwen2_use_sliding_window_false_and_gemma3_pattern_follow_transformers_l
     caches = model_layer_caches(geometry("google__gemma-3-1b-it"), 4, 1, "auto")
     assert kinds(caches) == {"sliding_window": (22, 1024), "full": (4, 1024)}
     assert {c.window for c in caches} == {512, 0}
+
+
+def test_granite_4_h_holds_mamba2_state_on_36_layers_and_kv_on_4_whatever_the_names() -> None:
+    caches = model_layer_caches(geometry("layout-granite-4.0-h"), 2, 1, "auto")
+    # mamba2_state_shape at TP 2: 1 group padded to 2; conv ((8192 + 2 x 2 x 128) / 2, 3) + ssm (64, 64, 128), bf16
+    assert kinds(caches) == {"state": (36, (8192 + 512) // 2 * 3 * 2 + 64 * 64 * 128 * 2), "full": (4, 4 * 2 * 128 * 2)}
+    assert next(c for c in caches if c.kind == "state").checkpoint_blocks == 1  # MambaMixer2's prefill checkpoint
+    normalized = dict(load_config("layout-granite-4.0-h"))
+    normalized["layer_types"] = ["full_attention" if t == "attention" else "linear_attention" for t in normalized["layer_types"]]
+    assert model_layer_caches(read_geometry(normalized, "t", DEFAULT_FACTS)[0], 2, 1, "auto") == caches
+
+
+def test_nemotron_h_state_is_fp32_by_default_and_mlp_layers_hold_no_cache() -> None:
+    model = geometry("layout-nemotron-h-8b")
+    caches = model_layer_caches(model, 1, 1, "auto")
+    conv = (128 * 64 + 2 * 8 * 128) * 3 * 2
+    assert kinds(caches) == {"state": (25, conv + 128 * 64 * 128 * 4), "full": (4, 8 * 2 * 128 * 2)}
+    assert kinds(model_layer_caches(model, 1, 1, "auto", mamba_ssm_cache_dtype="bfloat16"))["state"] == (25, conv + 128 * 64 * 128 * 2)
+
+
+def test_mamba1_state_takes_no_speculative_columns_and_mamba2_takes_k() -> None:
+    jamba = kinds(model_layer_caches(geometry("layout-jamba-v0.1"), 1, 1, "auto", k=3))
+    assert jamba == {"state": (28, 8192 * 3 * 2 + 8192 * 16 * 2), "full": (4, 8 * 2 * 128 * 2)}
+    falcon = kinds(model_layer_caches(geometry("layout-falcon-h1"), 1, 1, "auto", k=3))
+    assert falcon["state"] == (32, (1024 + 2 * 256) * (3 + 3) * 2 + 128 * 8 * 256 * 2)
+    assert falcon["full"][0] == 32  # Falcon-H1: attention beside the Mamba mixer in every layer
+
+
+def test_a_state_layer_of_an_unknown_family_counts_as_full_attention_never_as_nothing() -> None:
+    import dataclasses
+
+    model = geometry("Qwen__Qwen3-8B")
+    unknown = dataclasses.replace(model, text_config={"model_type": "qwen3", "layer_types": ["linear_attention"] * 36})
+    assert kinds(model_layer_caches(unknown, 1, 1, "auto")) == kinds(model_layer_caches(model, 1, 1, "auto"))

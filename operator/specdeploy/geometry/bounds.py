@@ -53,7 +53,6 @@ _INTS: dict[str, tuple[int, int]] = {
                                 "mamba_ngroups")},
     **{k: (0, _WIDTH) for k in ("mamba_d_head", "mamba_head_dim", "mamba_d_state", "ssm_state_size", "state_size",
                                 "mamba_d_ssm", "attention_head_dim")},
-    **{k: (0, 1024) for k in ("mamba_expand", "expand")},
     **{k: (1, 4096) for k in ("mamba_d_conv", "conv_kernel")},
     "attn_layer_period": (1, _LAYERS),  # a divisor (Jamba)
     "attn_layer_offset": (0, _LAYERS),
@@ -73,6 +72,11 @@ _INT_OR_LIST = ("num_experts_per_tok", "num_experts")
 _MAX_STRING = 4096
 # Numbers that may be floats; only finiteness and the upper bound matter.
 _NUMBERS: dict[str, float] = {**{k: float(_POSITIONS) for k in LENGTH_KEYS}, "original_max_position_embeddings": float(_POSITIONS)}
+# Mamba's inner-width factor: Falcon-H1 multiplies it by hidden_size and truncates (falcon_h1.py), so it may be a float.
+_EXPAND_KEYS = ("mamba_expand", "expand")
+_MAX_EXPAND = 1024
+# vLLM's MambaDType (config/cache.py); NemotronH configs name their state dtype with it.
+_MAMBA_DTYPES = ("auto", "float32", "bfloat16", "float16")
 _RoPE_KEYS = ("rope_scaling", "rope_parameters")
 # Dicts whose keys are RoPE parameters: the scaling itself, or one per layer type (Gemma 3).
 _ROPE_PARENTS = _RoPE_KEYS + ("full_attention", "sliding_attention", "chunked_attention", "linear_attention", "attention")
@@ -81,7 +85,7 @@ _ROPE_NUMBERS = ("attention_factor", "beta_fast", "beta_slow", "low_freq_factor"
 _MAX_ROPE_FACTOR = 1e4
 _DICTS = ("text_config", "llm_config", "rope_scaling", "rope_parameters", "quantization_config", "compression_config",
           "linear_attn_config", "attn_config", "mtp_config", "speculators_config", "transformer_layer_config")
-_STRINGS = ("model_type", "quant_method", "mamba_ssm_dtype", "mamba_ssm_cache_dtype", "speculators_model_type")
+_STRINGS = ("model_type", "quant_method", "mamba_ssm_dtype", "speculators_model_type")
 # The weights' dtype: transformers' PretrainedConfig.__post_init__ does `getattr(torch, dtype)` at every config
 # level it builds (so vLLM's loader fails on any other name), and its to_dict() (dict_dtype_to_str) splits a
 # non-string, non-integer `dtype` at any depth on "." (IndexError); vllm/config/model.py _get_and_verify_dtype
@@ -227,6 +231,14 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
         if not _is_int(value) or not (value == -1 or 1 <= value <= _WIDTH):
             return f"{where} is {shown_value(value)}; a quantization group size is a positive integer, or -1 for per-channel"
         return None
+    if key in _EXPAND_KEYS:
+        if not _is_number(value) or not 0 <= value <= _MAX_EXPAND:
+            return f"{where} is {shown_value(value)}; a Mamba expand factor is a finite number in 0..{_MAX_EXPAND}"
+        return None
+    if key == "mamba_ssm_cache_dtype":
+        if value not in _MAMBA_DTYPES:
+            return f"{where} is {shown_value(value)}; vLLM's Mamba state dtypes are {', '.join(_MAMBA_DTYPES)}"
+        return None
     if key in _NUMBERS:
         if not _is_number(value) or value > _NUMBERS[key]:
             return f"{where} is {shown_value(value)}; a context length is a finite number up to {int(_NUMBERS[key])}"
@@ -321,4 +333,5 @@ _CONFIG_CLASS_NAMES = _class_names()
 
 # Every key this module bounds, for the test that keeps it in step with what the rules read.
 BOUNDED_KEYS = frozenset(_INTS) | frozenset(_INT_LISTS) | frozenset(_STRING_LISTS) | frozenset(_NUMBERS) | frozenset(
-    _DICTS) | frozenset(_STRINGS) | frozenset(_PATTERNS) | _CONFIG_ATTRIBUTES | {"group_size", "factor", "architectures", "sliding_window", "use_sliding_window", "compress_rates"}
+    _DICTS) | frozenset(_STRINGS) | frozenset(_PATTERNS) | _CONFIG_ATTRIBUTES | frozenset(_EXPAND_KEYS) | {
+    "group_size", "factor", "architectures", "sliding_window", "use_sliding_window", "compress_rates", "mamba_ssm_cache_dtype"}
