@@ -48,7 +48,6 @@ DOC = ROOT / "docs" / f"memory-parity-{vllm.__version__}.md"
 TPS = (1, 2, 4, 8)
 MAX_LEN_CAP = 32768
 K = 3
-CPU_BLOCK_SIZE = 128
 DRAFT_PREFIXES = ("specforge__", "SafeAILab__")
 # Synthetic targets with the layer layout of published configs the fixtures lack (Qwen3-Next's
 # GatedDeltaNet without layer_types; the Mamba-1 and Mamba-2 families: Jamba, Granite-4.0-H,
@@ -85,6 +84,17 @@ PAIRS = (
 )
 
 
+# Speculation depths other than K, per (target, draft, method, k): the issue's Qwen3.5-27B
+# figures (Qwen3.6-27B has its architecture: qwen3_5 text, 16 full-attention + 48 GatedDeltaNet
+# layers) with ngram k=3 and MTP k=1.
+K_CASES = (
+    ("nvidia__Qwen3.6-27B-NVFP4", None, "mtp", 1),
+    ("Qwen__Qwen3.5-122B-A10B", None, "mtp", 1),
+    ("nvidia__Qwen3.6-27B-NVFP4", None, "ngram", 3),
+    ("deepseek-ai__DeepSeek-V4-Flash", None, "ngram", 3),
+    ("deepseek-ai__DeepSeek-V4-Pro", None, "ngram", 3),
+)
+
 # The GPU backends' block sizes (16 by default, 64 for the MLA kernels), set as `--block-size`
 # sets CacheConfig.block_size. The CPU build honours a user block size for non-MLA attention
 # (platforms/cpu.py) but forces 16 for MLA and 256 for DeepSeek-V4, so MLA at 64 cannot be built
@@ -108,12 +118,14 @@ class Case:
     draft: str | None
     method: str | None
     tp: int
-    block_size: int | None = None  # None: the CPU platform's default
+    block_size: int | None = None  # None: the GPU backend's (the judge's `_shim_gpu_block_size`)
+    k: int = K
 
     @property
     def id(self) -> str:
         block = f"@bs{self.block_size}" if self.block_size else ""
-        return f"{self.target}+{self.draft or self.method or 'alone'}@tp{self.tp}{block}"
+        depth = f"-k{self.k}" if self.method and self.k != K else ""
+        return f"{self.target}+{self.draft or self.method or 'alone'}{depth}@tp{self.tp}{block}"
 
 
 @dataclass(frozen=True)
@@ -138,6 +150,7 @@ def cases() -> list[Case]:
     targets += sorted(p.stem for p in HELD_OUT.glob("*.json")) + list(LAYOUT_TARGETS)
     out = [Case(t, None, None, tp) for t in targets for tp in TPS]
     out += [Case(t, d, m, tp) for t, d, m in PAIRS for tp in TPS]
+    out += [Case(t, d, m, tp, k=k) for t, d, m, k in K_CASES for tp in TPS]
     out += [Case(t, d, m, tp, bs) for t, d, m, tp, bs in BLOCK_SIZE_CASES]
     return out
 
@@ -153,19 +166,11 @@ def our_need(case: Case, verdict: MemoryVerdict) -> int:
         draft = target
     elif case.draft:
         draft = read_geometry(vllm_draft_config(case.method, _load(case.draft), target.vocab_size), "d", FACTS)[0]
-    k = K if case.method else 0
+    k = case.k if case.method else 0
     caches = layer_caches(case.method or "ngram", target, draft, case.tp, case.tp, 1, "auto", k,
                           verdict.mamba_ssm_cache_dtype)
-    # Hybrid (state) models: the block size before vLLM's hybrid alignment, which ours redoes.
-    # Others take the backend's final block size (0.33.0 sets the CPU's 128 only in
-    # `update_block_size_for_backend`, after the point the judge records the requested one).
-    hybrid = any(c.kind == "state" for c in caches)
-    block = verdict.requested_block_size
-    if hybrid and case.block_size is None and not target.uses_mla:
-        # The CPU attention backend's own block (platforms/cpu.py) is where alignment starts;
-        # 0.33.0 applies it inside update_block_size_for_backend, after the judge records it.
-        block = max(block, CPU_BLOCK_SIZE)
-    return cache_need(caches, max_model_len=_max_len(target), block_size=block if hybrid else verdict.block_size,
+    # The block size before vLLM's hybrid alignment (the GPU backend's, or --block-size): ours redoes it.
+    return cache_need(caches, max_model_len=_max_len(target), block_size=verdict.requested_block_size,
                       in_flight_tokens=verdict.in_flight_tokens, num_speculative_tokens=k,
                       mamba_align_mode=verdict.mamba_align_mode).bytes
 
@@ -181,7 +186,7 @@ def rows() -> list[Row]:
             for case in cases():
                 target = read_geometry(_load(case.target), "t", FACTS)[0]
                 verdict = judge.judge(case.id, _load(case.target), _load(case.draft) if case.draft else None,
-                                      case.method, K, case.tp, _max_len(target), case.block_size)
+                                      case.method, case.k, case.tp, _max_len(target), case.block_size)
                 _ROWS.append(Row(case, verdict, our_need(case, verdict) if verdict.ok else None))
         finally:
             judge.close()
@@ -202,8 +207,11 @@ def report(rows: list[Row]) -> str:
         f"{vllm.__version__} builds each target (and draft) with its own model classes on the meta device "
         "and computes the bytes `get_kv_cache_configs` requires for one request of max_model_len = "
         f"min({MAX_LEN_CAP}, the model's own), k = {K} (`tests/parity/memory_judge.py`); specdeploy computes "
-        "the same figure with `planning/kv_cache.py`, given vLLM's CPU block size, tokens in flight "
-        "and Mamba cache mode.",
+        "the same figure with `planning/kv_cache.py`, given the block size, tokens in flight and Mamba "
+        "cache mode vLLM's config holds. The judge answers as on an 80 GiB GPU: the GPU backend's block "
+        "size (16, 64 for MLA, 256 for DeepSeek-V4; 0.34: 64), `vllm serve`'s batch limits for that "
+        "memory (max_num_batched_tokens 8192) and async scheduling (two batches in flight), prefix "
+        "caching on (Mamba `align` mode for hybrids), none of the CPU platform's rewrites.",
         "",
         f"{len(rows)} cases; {len(comparable)} comparable; {exact} equal to the byte; "
         f"{sum(r.ours is not None and r.ours < r.vllm.need_bytes for r in comparable)} under-estimates; "

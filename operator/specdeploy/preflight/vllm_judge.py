@@ -13,10 +13,12 @@ termination log, kept under Kubernetes' 4096 bytes):
 Exit 0: vLLM accepts; 1: vLLM refused at `stage`; 2: the judge could not run.
 
 The stages are what `vllm serve` does before and while it takes a GPU:
-- args: the image's own `vllm serve` parser (`entrypoints/cli/serve.py` ServeSubcommand)
-  and its `validate_parsed_serve_args`;
+- args: the image's own `vllm serve` parser (`make_arg_parser`, as `entrypoints/cli/serve.py`
+  builds it) and its `validate_parsed_serve_args`;
 - config: `AsyncEngineArgs.from_cli_args(args).create_engine_config()`: ModelConfig,
-  ParallelConfig, SpeculativeConfig (which builds and verifies the draft's configs);
+  ParallelConfig, SpeculativeConfig (which builds and verifies the draft's configs), as on
+  the GPU: the batch limits `get_batch_defaults` picks for its memory, and none of the CPU
+  platform's own rewrites (`_shim_gpu_platform_config`);
 - load: target and draft built by vLLM's own classes on the meta device (no weights, no
   GPU) at the args' TP (a faked TP group of that size, rank 0): `initialize_model`, then
   the method's own draft loader (`v1/worker/gpu/spec_decode/*/utils.py`, or the
@@ -42,6 +44,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import importlib
 import importlib.abc
 import importlib.machinery
 import io
@@ -182,6 +186,23 @@ def _shim_argument_parser() -> type:
     return FlexibleArgumentParser
 
 
+def _shim_serve_cli_args() -> tuple[Callable[..., Any], Callable[[argparse.Namespace], None]]:
+    """`make_arg_parser` and `validate_parsed_serve_args`, which `vllm serve` uses
+    (entrypoints/cli/serve.py): in `entrypoints/common/cli_args.py` from 0.33,
+    `entrypoints/launchers/cli_args.py` in 0.32, `entrypoints/openai/cli_args.py` before.
+    Imported from there, not through serve.py, which imports the whole API server."""
+    for module in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args",
+                   "vllm.entrypoints.openai.cli_args"):
+        try:
+            cli_args = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if not module.startswith(str(exc.name)):
+                raise
+            continue
+        return cli_args.make_arg_parser, cli_args.validate_parsed_serve_args
+    raise JudgeError("this vLLM has no serve argument parser the judge knows (entrypoints/*/cli_args.py)")
+
+
 def _shim_need_and_check(config: Any, specs: dict[str, Any]) -> tuple[int, Callable[[int], Any]]:
     """vLLM's need for one max_model_len request (null block included) and its own check.
 
@@ -234,11 +255,16 @@ def _shim_gpu_kernel_blocks() -> Iterator[None]:
 
 
 @contextmanager
-def _shim_gpu_scheduler() -> Iterator[None]:
+def _shim_gpu_platform_config() -> Iterator[None]:
     """Undo what the CPU platform's `check_and_update_config` (platforms/cpu.py) rewrites and a
     GPU keeps: async scheduling (VllmConfig decides it before the platform; it doubles the
-    tokens in flight), max_num_batched_tokens (raised to max_model_len for MLA) and the SSM
-    state dtype (float32 for the CPU's GatedDeltaNet kernels)."""
+    tokens in flight), chunked prefill, prefix caching and max_num_batched_tokens (turned off,
+    and raised to max_model_len, for MLA: VllmConfig would then refuse a hybrid MLA model's
+    own Mamba block size, "--mamba-block-size can only be set with --enable-prefix-caching")
+    and the SSM state dtype (float32 for the CPU's GatedDeltaNet kernels). From 0.34 the CPU
+    platform also refuses an x86 CPU without triton-cpu, which a GPU image does not have
+    ("vLLM on x86 CPUs requires Triton (triton-cpu)"): Triton is reported present."""
+    import vllm.triton_utils as triton_utils
     from vllm.platforms import current_platform
 
     platform = type(current_platform)
@@ -246,11 +272,37 @@ def _shim_gpu_scheduler() -> Iterator[None]:
 
     def as_gpu(cls, vllm_config):
         scheduler, cache = vllm_config.scheduler_config, vllm_config.cache_config
-        kept = (scheduler.async_scheduling, scheduler.max_num_batched_tokens, cache.mamba_ssm_cache_dtype)
+        kept = [(config, name, getattr(config, name)) for config, names in (
+            (scheduler, ("async_scheduling", "max_num_batched_tokens", "enable_chunked_prefill")),
+            (cache, ("enable_prefix_caching", "mamba_ssm_cache_dtype"))) for name in names]
         original(cls, vllm_config)
-        scheduler.async_scheduling, scheduler.max_num_batched_tokens, cache.mamba_ssm_cache_dtype = kept
+        for config, name, value in kept:
+            setattr(config, name, value)
 
-    with mock.patch.object(platform, "check_and_update_config", classmethod(as_gpu)):
+    with mock.patch.object(platform, "check_and_update_config", classmethod(as_gpu)), \
+            mock.patch.object(triton_utils, "HAS_TRITON", True):
+        yield
+
+
+@contextmanager
+def _shim_cuda_kv_cache_sizing() -> Iterator[None]:
+    """0.34: `VllmConfig._resolve_extensible_kv_cache` turns the extensible KV cache (sized from
+    the memory free after CUDA-graph capture, `gpu_memory_utilization` defaulting to 1.0:
+    `CacheConfig.resolved_gpu_memory_utilization`) on where `is_cuda_alike()`; decided as on a
+    CUDA pod. Releases before 0.34 have no such mode."""
+    from vllm.config import VllmConfig
+    from vllm.platforms import current_platform
+
+    original = getattr(VllmConfig, "_resolve_extensible_kv_cache", None)
+    if original is None:
+        yield
+        return
+
+    def as_cuda(self):
+        with mock.patch.object(type(current_platform), "is_cuda_alike", lambda *a: True):
+            return original(self)
+
+    with mock.patch.object(VllmConfig, "_resolve_extensible_kv_cache", as_cuda):
         yield
 
 
@@ -357,13 +409,20 @@ class Judge:
     def close(self) -> None:
         self._tmp.cleanup()
 
-    def judge(self, request: Request, stages: tuple[str, ...] = STAGES) -> Verdict:
-        """vLLM's verdict on the request, through `stages` (a prefix of STAGES)."""
+    def judge(self, request: Request, stages: tuple[str, ...] = STAGES, fit: bool = True) -> Verdict:
+        """vLLM's verdict on the request, through `stages` (a prefix of STAGES). `fit`: check the
+        KV cache against the GPU's memory after the weights (else only compute the need)."""
+        self._fit = fit
         try:
             memory = self._run(request, stages)
         except Refused as refused:
             return Verdict(False, refused.stage, str(refused), self.version)
         return Verdict(True, None, None, self.version, memory)
+
+    def engine_config(self, request: Request) -> Any:
+        """The args and config stages: the VllmConfig `vllm serve` builds from the request's args
+        on the request's GPU (raises Refused at "args" or "config")."""
+        return self._engine_config(parse_server_args(request.args), request, strip_quantization=False)
 
     def _run(self, request: Request, stages: tuple[str, ...]) -> dict[str, Any] | None:
         args = parse_server_args(request.args)
@@ -373,16 +432,14 @@ class Judge:
         if "load" not in stages:
             return None
         quantized = _has_quantization(request)
-        # The config a GPU worker gets: its batch limits and scheduling, weights CPU kernels can make.
-        config = self._engine_config(args, request, strip_quantization=quantized,
-                                     gpu_memory=(request.gpu or {}).get("memoryBytes", 0), as_gpu=True)
+        if quantized:  # the same config with weights CPU kernels can make
+            config = self._engine_config(args, request, strip_quantization=True)
         built = self._load(config)
         if "memory" not in stages:
             return None
         return self._memory(built, request, quantized)
 
-    def _engine_config(self, args: argparse.Namespace, request: Request, *, strip_quantization: bool,
-                       gpu_memory: int = 0, as_gpu: bool = False) -> Any:
+    def _engine_config(self, args: argparse.Namespace, request: Request, *, strip_quantization: bool) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.usage.usage_lib import UsageContext
 
@@ -398,9 +455,9 @@ class Judge:
                 stack.enter_context(_stand_ins(self._config_stand_in))
                 stack.enter_context(mock.patch("vllm.model_executor.models.registry._run_in_subprocess",
                                                lambda fn: fn()))
-                if as_gpu:
-                    stack.enter_context(_shim_gpu_batch_defaults(gpu_memory))
-                    stack.enter_context(_shim_gpu_scheduler())
+                stack.enter_context(_shim_gpu_batch_defaults((request.gpu or {}).get("memoryBytes", 0)))
+                stack.enter_context(_shim_gpu_platform_config())
+                stack.enter_context(_shim_cuda_kv_cache_sizing())
                 return engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
         try:
             return _inspected(build)
@@ -493,7 +550,8 @@ class Judge:
             "inFlightTokens": getattr(config, "max_in_flight_tokens", None),
             "mambaAlignMode": getattr(cache, "mamba_cache_mode", None) == "align",
             "mambaSsmCacheDtype": str(getattr(cache, "mamba_ssm_cache_dtype", "auto")),
-            "gpuMemoryUtilization": cache.gpu_memory_utilization,
+            "gpuMemoryUtilization": _gpu_memory_utilization(cache),
+            "extensibleKvCache": bool(getattr(cache, "enable_extensible_kv_cache", False)),
             "weightBytes": None if quantized else built.weight_bytes, "availableKvCacheBytes": None,
             "specs": dict(sorted(counts.items())),
         }
@@ -502,15 +560,37 @@ class Judge:
                 layouts = [layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(config))]
                 resolve_kv_cache_layout(config, [layouts], list(specs.values()))
                 need, check = _shim_need_and_check(config, specs)
+                _confirm_need(need, check)
                 figures["kvCacheBytes"] = need
                 gpu_memory = (request.gpu or {}).get("memoryBytes", 0)
-                if gpu_memory and figures["weightBytes"] is not None:
-                    available = int(gpu_memory * cache.gpu_memory_utilization) - built.weight_bytes
+                if self._fit and gpu_memory and figures["weightBytes"] is not None:
+                    available = int(gpu_memory * figures["gpuMemoryUtilization"]) - built.weight_bytes
                     figures["availableKvCacheBytes"] = available
                     check(max(available, 0))
+        except JudgeError:
+            raise
         except Exception as exc:  # noqa: BLE001 - vLLM's "KV cache is needed" ValueError
             raise Refused("memory", exc) from exc
         return figures
+
+
+def _gpu_memory_utilization(cache: Any) -> float:
+    """The fraction of GPU memory vLLM sizes against: 0.34 resolves an unset value by sizing mode."""
+    resolved = getattr(cache, "resolved_gpu_memory_utilization", None)
+    return float(resolved if resolved is not None else cache.gpu_memory_utilization)
+
+
+def _confirm_need(need: int, check: Callable[[int], Any]) -> None:
+    """vLLM's own check passes with `need` bytes and refuses one byte less; otherwise the
+    judge has mis-read this release's KV-cache planning."""
+    check(need)
+    try:
+        check(need - 1)
+    except ValueError as exc:
+        if "KV cache is needed" in str(exc):
+            return
+        raise
+    raise JudgeError(f"vLLM accepted {need - 1} bytes of KV cache: its need is lower than the judge computed")
 
 
 def _load_draft(model: Any, config: Any, stack: ExitStack) -> Any:
@@ -616,21 +696,24 @@ def _inspected(build: Callable[[], Any]) -> Any:
         logging.getLogger(registry.__name__).removeHandler(handler)
 
 
+@functools.lru_cache(maxsize=1)
+def _serve_parser() -> tuple[argparse.ArgumentParser, Callable[[argparse.Namespace], None]]:
+    """`vllm serve`'s parser (hundreds of flags: built once per process) and its validation."""
+    make_arg_parser, validate = _shim_serve_cli_args()
+    return make_arg_parser(_shim_argument_parser()(prog="vllm serve")), validate
+
+
 def parse_server_args(argv: list[str]) -> argparse.Namespace:
     """The args as `vllm serve` parses and validates them (entrypoints/cli/serve.py), minus
     the multi-node launch flags; raises Refused("args") with argparse's or vLLM's message."""
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-
-    parser = _shim_argument_parser()(prog="vllm")
-    command = ServeSubcommand()
-    command.subparser_init(parser.add_subparsers(dest="subparser"))
+    parser, validate = _serve_parser()
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
-            args = parser.parse_args(["serve", *_single_rank(argv)])
-        if getattr(args, "model_tag", None) is not None:
+            args = parser.parse_args(_single_rank(argv))
+        if getattr(args, "model_tag", None) is not None:  # ServeSubcommand.cmd: the positional model wins
             args.model = args.model_tag
-        command.validate(args)
+        validate(args)
     except SystemExit as exc:
         lines = [ln for ln in errors.getvalue().splitlines() if ln.strip()]
         raise Refused("args", lines[-1] if lines else f"argument parsing exited with {exc.code}") from None
