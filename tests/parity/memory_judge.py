@@ -35,6 +35,7 @@ class MemoryVerdict:
     mamba_align_mode: bool = False
     mamba_ssm_cache_dtype: str = "auto"
     spec_counts: tuple[tuple[str, int], ...] = ()
+    prefill_checkpoint_blocks: int = 0  # per state layer in align mode (MambaSpec.num_prefill_checkpoint_blocks)
 
 
 class MemoryJudge:
@@ -72,7 +73,8 @@ class MemoryJudge:
         return MemoryVerdict(True, "", "", need_bytes=m["kvCacheBytes"], block_size=m["blockSize"],
                              requested_block_size=m["requestedBlockSize"], in_flight_tokens=m["inFlightTokens"],
                              mamba_align_mode=m["mambaAlignMode"], mamba_ssm_cache_dtype=m["mambaSsmCacheDtype"],
-                             spec_counts=tuple(m["specs"].items()))
+                             spec_counts=tuple(m["specs"].items()),
+                             prefill_checkpoint_blocks=m["prefillCheckpointBlocks"])
 
 
 def _write(config: dict[str, Any], directory: Path) -> str:

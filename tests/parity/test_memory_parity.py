@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -169,6 +169,10 @@ def our_need(case: Case, verdict: MemoryVerdict) -> int:
     k = case.k if case.method else 0
     caches = layer_caches(case.method or "ngram", target, draft, case.tp, case.tp, 1, "auto", k,
                           verdict.mamba_ssm_cache_dtype)
+    # Kimi-K3's KDA keeps a prefill checkpoint page only with the FlashKDA backend, which a GPU
+    # of SM90+ picks (models/kimi_k3/nvidia/kda.py resolve_kda_prefill_backend) and ours counts;
+    # on CPU the judge builds the Triton backend's layer, without it.
+    caches = [replace(c, checkpoint_blocks=min(c.checkpoint_blocks, verdict.prefill_checkpoint_blocks)) for c in caches]
     # The block size before vLLM's hybrid alignment (the GPU backend's, or --block-size): ours redoes it.
     return cache_need(caches, max_model_len=_max_len(target), block_size=verdict.requested_block_size,
                       in_flight_tokens=verdict.in_flight_tokens, num_speculative_tokens=k,

@@ -511,6 +511,8 @@ class Judge:
                 setattr(parallel_state, name, _group(tp if name in _TP_GROUPS else 1))
         with ExitStack() as stack:
             stack.enter_context(_stand_ins(self._build_stand_in))
+            # Draft loaders re-validate copies of the config (dataclasses.replace): as on the GPU too.
+            stack.enter_context(_shim_gpu_platform_config())
             stack.enter_context(set_current_vllm_config(config))
             stack.enter_context(self._torch.device("meta"))
             for target in ("torch.cuda.Stream", "torch.cuda.Event"):
@@ -554,6 +556,8 @@ class Judge:
             "extensibleKvCache": bool(getattr(cache, "enable_extensible_kv_cache", False)),
             "weightBytes": None if quantized else built.weight_bytes, "availableKvCacheBytes": None,
             "specs": dict(sorted(counts.items())),
+            "prefillCheckpointBlocks": max((getattr(spec, "num_prefill_checkpoint_blocks", 0)
+                                            for spec in specs.values()), default=0),
         }
         try:
             with set_current_vllm_config(config):
