@@ -431,7 +431,7 @@ class Judge:
         config = self._engine_config(args, request, strip_quantization=False)
         if "load" not in stages:
             return None
-        quantized = _has_quantization(request)
+        quantized = _has_quantization(request, args)
         if quantized:  # the same config with weights CPU kernels can make
             config = self._engine_config(args, request, strip_quantization=True)
         built = self._load(config)
@@ -468,7 +468,8 @@ class Judge:
         """The args with each model name replaced by its local directory (a copy without
         quantization_config for the load stage)."""
         args = argparse.Namespace(**vars(args))
-        dirs = {name: self._model_dir(d) if strip_quantization else d for name, d in request.models.items()}
+        dirs = {name: self._model_dir(d) if strip_quantization else d for name, d in request.models.items()
+                if name in _used_models(args)}
         if args.model in dirs:
             args.model = dirs[args.model]
         spec = getattr(args, "speculative_config", None)
@@ -651,8 +652,16 @@ def _without_quantization(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _has_quantization(request: Request) -> bool:
-    for directory in request.models.values():
+def _used_models(args: argparse.Namespace) -> set[str]:
+    """The model names the args load: the served model and the speculative config's draft."""
+    spec = getattr(args, "speculative_config", None)
+    return {args.model} | ({spec["model"]} if isinstance(spec, dict) and spec.get("model") else set())
+
+
+def _has_quantization(request: Request, args: argparse.Namespace) -> bool:
+    for name, directory in request.models.items():
+        if name not in _used_models(args):
+            continue
         config = json.loads((Path(directory) / "config.json").read_text())
         if config != _without_quantization(config):
             return True
