@@ -607,7 +607,7 @@ def _load_draft(model: Any, config: Any, stack: ExitStack) -> Any:
     import vllm.model_executor.model_loader as model_loader
     from vllm.model_executor.model_loader.utils import initialize_model
 
-    def build(*, vllm_config, model_config=None, prefix=""):
+    def build(*, vllm_config, model_config=None, prefix="", **_load_options):  # 0.34 adds load_config
         return initialize_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
 
     method = spec.method
