@@ -95,9 +95,9 @@ class CannotJudgeOnCpu(JudgeError):
 class Refused(Exception):
     """vLLM refused at `stage` with its own message."""
 
-    def __init__(self, stage: str, error: BaseException | str) -> None:
+    def __init__(self, stage: str, error: BaseException | str, memory: dict[str, Any] | None = None) -> None:
         super().__init__(error if isinstance(error, str) else error_text(error))
-        self.stage = stage
+        self.stage, self.memory = stage, memory
 
 
 @dataclass
@@ -416,7 +416,7 @@ class Judge:
         try:
             memory = self._run(request, stages)
         except Refused as refused:
-            return Verdict(False, refused.stage, str(refused), self.version)
+            return Verdict(False, refused.stage, str(refused), self.version, refused.memory)
         return Verdict(True, None, None, self.version, memory)
 
     def engine_config(self, request: Request) -> Any:
@@ -522,7 +522,8 @@ class Judge:
             stack.enter_context(mock.patch(
                 "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method.select_unquantized_moe_backend",
                 return_value=(mock.MagicMock(), mock.MagicMock())))
-            model = initialize_model(vllm_config=config)
+            with _default_dtype(self._torch, config.model_config.dtype):
+                model = initialize_model(vllm_config=config)
             draft = _load_draft(model, config, stack)
             cache = config.cache_config
             if not cache.user_specified_block_size:  # the GPU backend's, not the CPU's
@@ -575,7 +576,7 @@ class Judge:
         except JudgeError:
             raise
         except Exception as exc:  # noqa: BLE001 - vLLM's "KV cache is needed" ValueError
-            raise Refused("memory", exc) from exc
+            raise Refused("memory", exc, figures) from exc
         return figures
 
 
@@ -608,7 +609,10 @@ def _load_draft(model: Any, config: Any, stack: ExitStack) -> Any:
     from vllm.model_executor.model_loader.utils import initialize_model
 
     def build(*, vllm_config, model_config=None, prefix="", **_load_options):  # 0.34 adds load_config
-        return initialize_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
+        import torch
+
+        with _default_dtype(torch, (model_config or vllm_config.model_config).dtype):
+            return initialize_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
 
     method = spec.method
     if method in ("eagle", "eagle3", "mtp", "dflash", "dspark"):
@@ -628,6 +632,18 @@ def _load_draft(model: Any, config: Any, stack: ExitStack) -> Any:
         speculator = SimpleNamespace(speculative_config=spec, vllm_config=config, draft_model_config=spec.draft_model_config)
         return standalone.StandaloneARSpeculator.load_draft_model(speculator, model, set())
     return None  # medusa, mlp_speculator: heads built by the target's runner, no KV cache
+
+
+@contextmanager
+def _default_dtype(torch: Any, dtype: Any) -> Iterator[None]:
+    """Parameters in the model's dtype, as vLLM's loaders build them
+    (model_loader/base_loader.py `set_default_torch_dtype` around `initialize_model`)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def _weight_bytes(*models: Any) -> int:
