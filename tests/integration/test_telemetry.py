@@ -293,7 +293,6 @@ async def test_an_auto_k_rollout_that_stalls_is_cut_off_at_the_budget_and_starve
     budget): while the Hub stalls the auto CR's config read, that reconcile is cut off at the
     budget and says so (Progressing=False ReconcileTimeout, one Event, still Ready), the
     telemetry of another CR goes on, and the rollout finishes once the Hub answers."""
-    import json
 
     from .test_operator import LLAMA, args_of
 
