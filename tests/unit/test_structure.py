@@ -74,3 +74,14 @@ def test_no_function_in_the_controller_is_over_60_lines() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
                 long.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert long == []
+
+
+def test_every_package_install_in_the_makefile_is_pinned() -> None:
+    """What CI installs comes from constraints/*.txt (`make constraints` refreshes them): an
+    upstream release cannot change it between two runs."""
+    makefile = (PACKAGE.parents[1] / "Makefile").read_text()
+    installs = [line.strip() for line in makefile.splitlines() if "pip install $(PIP_FLAGS)" in line and " -r " not in line]
+    assert installs and all(" -c $(CONSTRAINTS_" in line for line in installs), installs
+    for name in ("core", "vllm"):
+        pins = (PACKAGE.parents[1] / "constraints" / f"{name}.txt").read_text().split()
+        assert pins and all("==" in pin for pin in pins), name
