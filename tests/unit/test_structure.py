@@ -85,3 +85,12 @@ def test_every_package_install_in_the_makefile_is_pinned() -> None:
     for name in ("core", "vllm"):
         pins = (PACKAGE.parents[1] / "constraints" / f"{name}.txt").read_text().split()
         assert pins and all("==" in pin for pin in pins), name
+
+
+def test_the_license_file_is_the_apache_2_license_the_package_and_chart_declare() -> None:
+    root = PACKAGE.parents[1]
+    text = (root / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"] and "END OF TERMS AND CONDITIONS" in text
+    assert 'license = "Apache-2.0"' in (root / "pyproject.toml").read_text()
+    assert "artifacthub.io/license: Apache-2.0" in (root / "charts" / "specdeploy" / "Chart.yaml").read_text()
+    assert "## Unreleased" in (root / "CHANGELOG.md").read_text()
