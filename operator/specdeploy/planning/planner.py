@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Severity, Stage, error, has_errors, info
@@ -26,7 +25,6 @@ from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Pla
 from specdeploy.validation.load import built_draft_tp, check_load_layout
 from specdeploy.validation.rules import DRAFT_TP_FIELD, PP_FIELD, check_layout, check_model_tp
 from specdeploy.vllm import VllmFacts
-from specdeploy.validation.speculative_tokens import draft_n_predict
 from specdeploy.vllm.drafts import DRAFT_AT_TARGET_TP_METHODS, NO_PIPELINE_PARALLEL
 
 MAX_NODES_PER_REPLICA = 16
