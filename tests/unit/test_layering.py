@@ -73,7 +73,8 @@ def test_the_pure_core_imports_at_module_level_only(path: Path) -> None:
 
 
 def test_only_the_vllm_layer_names_a_vllm_release() -> None:
-    release = re.compile(r"\b0\.3[0-9]\.[0-9]+\b")
+    release = re.compile(r"(?<![\w.])v?0\.[0-9]{2}\.[0-9]+\b")
     offenders = [str(p.relative_to(PACKAGE)) for p in _modules()
                  if _layer(p) != "vllm" and release.search(p.read_text())]
     assert offenders == []
+
