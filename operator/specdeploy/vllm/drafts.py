@@ -15,8 +15,16 @@ from typing import Iterable
 # DeepSeek-V4's in-checkpoint DSpark head (DSparkDraftModel).
 DSPARK_ARCHITECTURES = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel",
                                   "K3DSparkModel", "MuseSparkDSparkModel"})
-# The DSpark architectures a speculators-format checkpoint may name (speculators/algos.py).
-SPECULATORS_DSPARK_ARCHITECTURES = ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")
+# speculators/algos.py SUPPORTED_SPECULATORS_TYPES: per `speculators_model_type`, the architecture
+# vLLM loads: by the layer config's model_type (eagle3, peagle), one fixed name (dflash, dflash2),
+# or the first the checkpoint names of a tuple, defaulting to the tuple's first (dspark).
+SPECULATORS_ARCHITECTURES: dict[str, dict[str, str] | str | tuple[str, ...]] = {
+    "eagle3": {"qwen3": "Eagle3Qwen3ForCausalLM", "llama": "Eagle3LlamaForCausalLM"},
+    "peagle": {"qwen3": "PeagleQwen3ForCausalLM", "llama": "PeagleLlamaForCausalLM"},
+    "dflash": "DFlashDraftModel",
+    "dflash2": "DFlash2DraftModel",
+    "dspark": ("Qwen3DSparkModel", "Qwen3OmniDSparkModel"),
+}
 # Targets whose checkpoint carries its own DSpark head (DSparkDraftModel / the V4.1 variant).
 IN_CHECKPOINT_DSPARK_TARGETS = frozenset({"deepseek_v4", "deepseek_v41"})
 # What DeepSeek-V4's DSpark head (models/deepseek_v4/nvidia/dspark.py DSparkDeepseekV4Model,
