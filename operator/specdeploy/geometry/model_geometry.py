@@ -23,7 +23,9 @@ from specdeploy.geometry.rejected_keys import MISSING, keys_at_fault, value_at
 from specdeploy.geometry.speculators import is_speculators_config, speculators_source_path, speculators_text_config
 from specdeploy.findings import Finding, error
 from specdeploy.vllm import VllmFacts
+from specdeploy.vllm.drafts import EAGLE_FORMAT_MODEL_TYPE
 from specdeploy.vllm.hf_config import config_value as _get, first_value as _first
+from specdeploy.vllm.methods import METHODS
 from specdeploy.vllm.mtp import MtpModule, mtp_module
 
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
@@ -34,7 +36,8 @@ _EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local
 # them (MedusaModelArchConfigConvertor; MLPSpeculatorConfig has no head count at all); a
 # Medusa config's `num_heads` counts its MLP heads.
 # Configs without attention heads: speculator heads, and Mamba-1 checkpoints (mamba.py: state only).
-ATTENTION_FREE_MODEL_TYPES = frozenset({"medusa", "mlp_speculator", "mamba", "falcon_mamba"})
+ATTENTION_FREE_MODEL_TYPES = frozenset({m.draft_model_type for m in METHODS.values() if m.draft_model_type}
+                                       | {"mamba", "falcon_mamba"})
 
 
 def _total_kv_heads(text: Any, model_type: str, heads: int) -> int:
@@ -223,7 +226,7 @@ def read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> t
 def _rejection(exc: ConfigRejected, raw: dict[str, Any], wrapper: str | None, field_prefix: str) -> Finding:
     """The refusal, at the key at fault when one is: `field_prefix.<path in the config as written>`
     (a key the unwrapping added, such as the architectures it chose, is not the user's to name)."""
-    source = {"speculators": speculators_source_path, "eagle": eagle_source_path}.get(wrapper or "", lambda _raw, path: path)
+    source = {"speculators": speculators_source_path, EAGLE_FORMAT_MODEL_TYPE: eagle_source_path}.get(wrapper or "", lambda _raw, path: path)
     paths = [path for path in (source(raw, path) for path in exc.paths) if value_at(raw, path, MISSING) is not MISSING]
     if not paths:
         return error("config-rejected", field_prefix, str(exc))
@@ -241,9 +244,9 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
     if bounds:
         return None, bounds
     # Wrapper formats vLLM unwraps itself; their architectures are final (no EAGLE re-wrap).
-    wrapper = "speculators" if is_speculators_config(raw) else "eagle" if is_eagle_format(raw) else None
+    wrapper = "speculators" if is_speculators_config(raw) else EAGLE_FORMAT_MODEL_TYPE if is_eagle_format(raw) else None
     try:
-        unwrapped = {"speculators": speculators_text_config, "eagle": eagle_text_config}[wrapper](raw) if wrapper else raw
+        unwrapped = {"speculators": speculators_text_config, EAGLE_FORMAT_MODEL_TYPE: eagle_text_config}[wrapper](raw) if wrapper else raw
         config = parse_config(unwrapped)
     except ConfigRejected as exc:
         return None, [_rejection(exc, raw, wrapper, field_prefix)]
