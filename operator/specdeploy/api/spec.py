@@ -27,6 +27,10 @@ SHORT_NAMES = ["sdep"]
 METHODS: tuple[str, ...] = accepted_names()
 Method = Literal[METHODS]  # type: ignore[valid-type]
 
+# Spec paths findings name (what a user edits).
+TP_FIELD = "spec.parallelism.tensorParallelSize"
+PP_FIELD = "spec.parallelism.pipelineParallelSize"
+DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
 MAX_NUM_SPECULATIVE_TOKENS = 64
 # Far above any checkpoint (the largest are a few TB) or GPU (B300: 288 GB), far below what
 # overflows the memory arithmetic (1e308 GiB in bytes is infinity).
