@@ -77,9 +77,6 @@ class VllmFacts:
     def is_mla_model_type(self, model_type: str | None) -> bool:
         return model_type in self.mla_model_types
 
-    def is_mtp_model_type(self, model_type: str | None) -> bool:
-        return model_type in self.mtp_model_types
-
     # -- the server's CLI (vllm/entrypoints/.../cli_args.py make_arg_parser) ---------------
     @cached_property
     def server_flags(self) -> dict[str, ServerFlag]:
@@ -91,9 +88,6 @@ class VllmFacts:
             for spelling in flag.names:
                 out[spelling] = flag
         return out
-
-    def speculative_field_choices(self, key: str) -> tuple[str, ...]:
-        return tuple(self.speculative_fields.get(key, {}).get("choices", ()))
 
     def option_default(self, key: str) -> Any:
         """SpeculativeConfig's default for an option (None when it has none or no such field)."""
