@@ -94,3 +94,10 @@ def test_the_license_file_is_the_apache_2_license_the_package_and_chart_declare(
     assert 'license = "Apache-2.0"' in (root / "pyproject.toml").read_text()
     assert "artifacthub.io/license: Apache-2.0" in (root / "charts" / "specdeploy" / "Chart.yaml").read_text()
     assert "## Unreleased" in (root / "CHANGELOG.md").read_text()
+
+
+def test_every_reason_is_reached_by_a_test() -> None:
+    """Each reason the operator writes is asserted somewhere in the suites, by name or value."""
+    tests = "\n".join(p.read_text() for p in (PACKAGE.parents[1] / "tests").rglob("test_*.py") if p.name != "test_structure.py")
+    unreached = [k for k, v in vars(Reason).items() if k.isupper() and f'"{v}"' not in tests and f"Reason.{k}" not in tests]
+    assert unreached == []
