@@ -17,7 +17,9 @@ from specdeploy.render import child_names, invalid_names
 from tests.conftest import load_config
 from tests.integration.fake_hub import FakeHub
 
-from .conftest import DEPLOYMENT, LWS, NS, PDB, SD_PATH, SERVICE, Cluster, Operator, created, eventually, example, with_identity
+from .conftest import (
+    DEPLOYMENT, LWS, NS, PDB, SD_PATH, SERVICE, Cluster, Operator, created, eventually, example, reconciles_finished, with_identity,
+)
 
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
 K3_B300 = example("kimi-k3-dspark-b300.yaml")  # one node per replica: a Deployment
@@ -114,14 +116,6 @@ async def test_delete_and_recreate_with_the_same_name_rebinds_the_children(opera
     await eventually(lambda: cluster.exists(DEPLOYMENT, name), what="the Deployment re-created")
 
 
-def _reconciles() -> float:
-    """Reconciles finished by this process (the operator runs in it), whatever their result."""
-    from specdeploy.controller.metrics import METRICS
-
-    return sum(sample.value for metric in METRICS.reconciles.collect() for sample in metric.samples
-               if sample.name.endswith("_total"))
-
-
 async def test_create_costs_at_most_children_plus_two_writes_and_resume_none(operator: Operator, cluster: Cluster) -> None:
     """Counted from the API server's request log, kopf's own patches of the CR included (its
     finalizer, progress and diffbase annotations), the test's create excluded."""
@@ -138,9 +132,9 @@ async def test_create_costs_at_most_children_plus_two_writes_and_resume_none(ope
     assert "finalizers" not in cluster.sd(name)["metadata"]  # deletion never waits for the operator
     # A restart over an ngram CR (its plan holds nulls the API server drops): nothing written.
     await operator.stop()
-    mark, done = cluster.mark(), _reconciles()
+    mark, done = cluster.mark(), reconciles_finished()
     await operator.start()
-    await eventually(lambda: _reconciles() > done, what="the resume reconcile")
+    await eventually(lambda: reconciles_finished() > done, what="the resume reconcile")
     # A wrong write could only come later than this: the wait can miss one, never invent one.
     await asyncio.sleep(1.0)
     assert cluster.writes(mark) == [], [(str(w.method), w.url.path, w.data) for w in cluster.writes(mark)]
@@ -190,8 +184,9 @@ async def test_a_hub_outage_keeps_a_serving_model_ready(hub: FakeHub, operator: 
     warnings = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"], what="the retrying Event")
     # A restart while the Hub is still down (nothing cached in memory): the verdict stands.
     await operator.stop()
+    done = reconciles_finished()
     await operator.start()
-    await asyncio.sleep(1.0)
+    await eventually(lambda: reconciles_finished() > done, what="the resume reconcile")
     assert cluster.condition(name, "Ready")["status"] == "True"
     assert cluster.condition(name, "Validated")["status"] == "True"
     assert len([e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"]) == len(warnings) == 1
