@@ -24,6 +24,7 @@ from .conftest import (
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
 K3_B300 = example("kimi-k3-dspark-b300.yaml")  # one node per replica: a Deployment
 NGRAM = example("qwen3-8b-ngram.yaml")
+K3 = example("kimi-k3-dspark-h200.yaml")  # two nodes per replica: a LeaderWorkerSet
 
 
 def _args(dep: dict[str, Any]) -> list[str]:
@@ -116,21 +117,31 @@ async def test_delete_and_recreate_with_the_same_name_rebinds_the_children(opera
     await eventually(lambda: cluster.exists(DEPLOYMENT, name), what="the Deployment re-created")
 
 
-async def test_create_costs_at_most_children_plus_two_writes_and_resume_none(operator: Operator, cluster: Cluster) -> None:
-    """Counted from the API server's request log, kopf's own patches of the CR included (its
-    finalizer, progress and diffbase annotations), the test's create excluded."""
+async def _create_counting_writes(cluster: Cluster, doc: dict[str, Any], uid: str) -> tuple[str, list[Any]]:
+    """Create `doc` and return the writes it cost, as the API server's request log has them:
+    kopf's own patches of the CR included (finalizer, progress and diffbase annotations), the
+    test's create excluded."""
     mark = cluster.mark()
-    name = await created(cluster, NGRAM, "uid-writes")
+    name = await created(cluster, doc, uid)
     await eventually(lambda: cluster.exists(PDB, name), what="children")
     # kopf's last write on a create is the diffbase annotation: it is stored once the handler is done.
     await eventually(lambda: "specdeploy.io/last-handled-configuration" in cluster.sd(name)["metadata"].get("annotations", {}),
                      what="kopf's diffbase annotation")
-    writes = [w for w in cluster.writes(mark) if not (str(w.method).endswith("POST") and w.url.path == SD_PATH)]
-    children = [w for w in writes if w.resource is not None and w.resource.plural in ("deployments", "services", "poddisruptionbudgets")]
+    return name, [w for w in cluster.writes(mark) if not (str(w.method).endswith("POST") and w.url.path == SD_PATH)]
+
+
+@pytest.mark.parametrize("doc", [NGRAM, LLAMA, K3], ids=["ngram", "eagle3", "leader-worker-set"])
+async def test_create_costs_at_most_children_plus_two_writes(operator: Operator, cluster: Cluster, doc: dict[str, Any]) -> None:
+    name, writes = await _create_counting_writes(cluster, doc, f"uid-writes-{doc['metadata']['name']}")
+    children = [w for w in writes if w.resource is not None and w.resource.plural in ("deployments", "leaderworkersets", "services", "poddisruptionbudgets")]
     assert len(children) == 3
     assert len(writes) <= len(children) + 2, [(str(w.method), w.url.path, str(w.data)[:150]) for w in writes]
     assert "finalizers" not in cluster.sd(name)["metadata"]  # deletion never waits for the operator
-    # A restart over an ngram CR (its plan holds nulls the API server drops): nothing written.
+
+
+async def test_a_restart_writes_nothing(operator: Operator, cluster: Cluster) -> None:
+    """A restart over an ngram CR (its plan holds nulls the API server drops): nothing written."""
+    await _create_counting_writes(cluster, NGRAM, "uid-restart-ngram")
     await operator.stop()
     mark, done = cluster.mark(), reconciles_finished()
     await operator.start()
