@@ -106,6 +106,8 @@ class Geometry:
     quantization: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     # The LLM config as vLLM reads it, for the per-layer cache rules (planning/kv_cache.py).
     text_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The vision tower's config, for the sizes its layers split over TP (validation/load.py).
+    vision_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_moe(self) -> bool:
@@ -356,5 +358,12 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
         quantization=quant,
         text_config=text.to_dict() if isinstance(text, PretrainedConfig) else dict(text),
+        vision_config=_as_dict(_get(config, "vision_config")),
     )
     return geometry, []
+
+
+def _as_dict(section: Any) -> dict[str, Any]:
+    if isinstance(section, PretrainedConfig):
+        return section.to_dict()
+    return dict(section) if isinstance(section, dict) else {}

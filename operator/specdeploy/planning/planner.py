@@ -194,7 +194,7 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: in
     findings that rule it out (reported when no candidate is left)."""
     per_node = spec.resources.gpu.per_node
     draft_tp = _draft_tp(spec, models.draft, tp)
-    findings = check_layout(spec, models.models, tp, draft_tp, pp, facts) + check_load_layout(spec, models.draft, tp, draft_tp)
+    findings = check_layout(spec, models.models, tp, draft_tp, pp, facts) + check_load_layout(spec, models.models, tp, draft_tp)
     split = _nodes(tp, pp, per_node)
     if split is None:
         findings.append(error("layout-node-split", "spec.resources.gpu.perNode",
