@@ -94,3 +94,18 @@ def test_telemetry_reads_how_a_method_drafts_from_the_table() -> None:
     assert drafting("deepseek_mtp") == drafting("mtp") == "sequential"
     assert {drafting(m) for m in METHODS} == {"sequential", "parallel", "lookup"}
     assert drafting(None) is None and drafting("no-such-method") is None
+
+
+def test_ngram_gpu_is_planned_like_the_cpu_lookup_with_its_own_name() -> None:
+    """vLLM's GPU n-gram lookup (NgramGPUSpeculator): no draft model, no draft KV cache, free drafts,
+    prompt_lookup_min <= prompt_lookup_max."""
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": "org/t"}, "draft": {"method": "ngram_gpu", "numSpeculativeTokens": 4},
+        "resources": {"gpu": {"product": "H100-80GB"}}})
+    evaluation = evaluate(spec, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), None)
+    assert evaluation.ok and evaluation.speculative_config["method"] == "ngram_gpu"
+    assert all(layer.model != "draft" for layer in evaluation.plan.memory.layers) and drafting("ngram_gpu") == "lookup"
+    bad = spec.model_copy(update={"draft": spec.draft.model_copy(update={"speculative_config": {"prompt_lookup_min": 5, "prompt_lookup_max": 2}})})
+    assert "speculative-config-combination" in {f.code for f in evaluate(bad, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), None).findings}
+    with pytest.raises(ValueError, match="uses no draft model"):
+        SpeculativeDeploymentSpec.model_validate({"target": {"model": "org/t"}, "draft": {"method": "ngram_gpu", "model": "org/d"}})
