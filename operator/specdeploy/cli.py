@@ -172,6 +172,7 @@ def _load_flag(ref: str, flag: str, revision: str | None = None) -> Any:
 def _validate(args: argparse.Namespace) -> int:
     from specdeploy.api.parse import parse_spec
     from specdeploy.pipeline import Evaluation, evaluate
+    from specdeploy.sources import resolve_pair
 
     draft_spec: dict[str, Any] = {"method": args.method, "tensorParallelSize": args.draft_tp}
     if args.draft:
@@ -195,8 +196,8 @@ def _validate(args: argparse.Namespace) -> int:
     if spec is None:
         evaluation = Evaluation(tuple(findings), None)
     else:
-        target = _load_flag(args.target, "--target", args.revision)
-        draft = _load_flag(args.draft, "--draft") if spec.draft.has_own_checkpoint else None
+        flags = {"spec.target": "--target", "spec.draft": "--draft"}  # the spec's models are the flags' values
+        target, draft = resolve_pair(spec, lambda source, where: _load_flag(source.model, flags[where], source.revision))
         evaluation = evaluate(spec, target, draft)
     report = evaluation.to_dict()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Severity, Stage, error, has_errors, info

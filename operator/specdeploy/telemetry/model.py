@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from specdeploy.api.conditions import UNKNOWN, Reason, Verdict
 from specdeploy.api.spec import MAX_NUM_SPECULATIVE_TOKENS
 from specdeploy.telemetry.metrics import Counters
 from specdeploy.vllm.methods import drafting
@@ -88,15 +89,6 @@ class Prediction:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """SpeculationEffective's value."""
-
-    status: str  # "True" | "False" | "Unknown"
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
 class Analysis:
     counters: Counters
     k: int
@@ -151,7 +143,7 @@ def analyse(counters: Counters, *, method: str | None, cost: float, cost_source:
             for n in range(1, len(curve) + 1)
         ]
     analysis = Analysis(counters, k, method, cost, cost_source, parallel, rate, length, per_position, tuple(predictions),
-                        Verdict("Unknown", "", ""))
+                        UNKNOWN)
     return _with_verdict(analysis)
 
 
@@ -160,7 +152,7 @@ def _with_verdict(a: Analysis) -> Analysis:
 
     drafts = a.counters.drafts
     if drafts < MIN_DRAFTS:
-        return replace(a, verdict=Verdict("Unknown", "NotEnoughDrafts",
+        return replace(a, verdict=Verdict("Unknown", Reason.NOT_ENOUGH_DRAFTS,
                                           f"{drafts:.0f} drafts counted so far; a verdict needs at least {MIN_DRAFTS}"))
     assert a.acceptance_rate is not None and a.mean_acceptance_length is not None
     best = a.recommended
@@ -174,7 +166,7 @@ def _with_verdict(a: Analysis) -> Analysis:
     check = ("Check that the draft was trained for this target and revision (draft.revision, target.revision), "
              "that an EAGLE3 head reads the target's aux hidden-state layers (eagle_aux_hidden_state_layer_ids), and k")
     if a.acceptance_rate < COLLAPSE_ACCEPTANCE_RATE:
-        return replace(a, verdict=Verdict("False", "AcceptanceCollapsed", f"{seen}: {predicted}{advice}. {check}."))
+        return replace(a, verdict=Verdict("False", Reason.ACCEPTANCE_COLLAPSED, f"{seen}: {predicted}{advice}. {check}."))
     if gain is not None and gain < 1.0:
-        return replace(a, verdict=Verdict("False", "NoSpeedup", f"{seen}: {predicted}{advice}. {check}."))
-    return replace(a, verdict=Verdict("True", "Effective", f"{seen}: {predicted}{advice}"))
+        return replace(a, verdict=Verdict("False", Reason.NO_SPEEDUP, f"{seen}: {predicted}{advice}. {check}."))
+    return replace(a, verdict=Verdict("True", Reason.EFFECTIVE, f"{seen}: {predicted}{advice}"))
