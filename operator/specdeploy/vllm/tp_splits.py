@@ -2,11 +2,14 @@
 attention heads and KV heads every model splits (QKVParallelLinear, validation/rules.py): where
 vLLM's config check accepts a TP and the build then fails.
 
-Each rule restates one model class, read in 0.32.0, 0.33.0 and 0.34.0 alike, and was confirmed
-by building the model with vLLM's own classes on the meta device (tests/parity/memory_judge.py's
-build at the TP under test): Kimi-K3 fails at TP 3, 6 and 12 with "4096 is not divisible by 3"
-(6, 12) and builds at 4 and 8; gpt-oss-20b fails at TP 16 with "ZeroDivisionError: integer
-modulo by zero" and builds at 8."""
+Each rule restates one model class, read in 0.32.0, 0.33.0 and 0.34.0 alike (found by reading every
+model file for KV-head divisions without QKVParallelLinear's replication, and the towers that
+choose TP or data parallel by their heads). Kimi-K3 and gpt-oss were confirmed by building them
+with vLLM's own classes on the meta device (tests/parity/memory_judge.py's build at the TP under
+test, 0.32.0 and 0.33.0; gpt-oss under 0.34.0 too): Kimi-K3 fails at TP 3, 6 and 12 with "4096 is
+not divisible by 3" (6, 12) and builds at 4 and 8; gpt-oss-20b fails at TP 16 with
+"ZeroDivisionError: integer modulo by zero" and builds at 8. Param2MoE and Ricursive restate their
+source (no checkpoint config among the fixtures)."""
 
 from __future__ import annotations
 
@@ -52,6 +55,9 @@ TP_SPLITS: dict[str, tuple[TpSplit, ...]] = {
                                   "num_heads % num_kv_heads)"),),
     "Param2MoEForCausalLM": (TpSplit("KV heads", ("num_key_value_heads",), "model_executor/models/param2moe.py "
                                      "Param2MoEAttention.__init__ (assert num_kv_heads % tp_size == 0)"),),
+    # 0.34.0 on (no older release registers it).
+    "RicursiveForCausalLM": (TpSplit("KV heads", ("num_key_value_heads",), "model_executor/models/ricursive.py "
+                                     "attention __init__ (raises unless num_key_value_heads % tp_size == 0)"),),
 }
 
 
