@@ -114,6 +114,20 @@ def _check_draft_max_model_len(spec: SpeculativeDeploymentSpec, target: Geometry
     return []
 
 
+def _check_declared_speculator(spec: SpeculativeDeploymentSpec, draft: Geometry | None, facts: VllmFacts) -> list[Finding]:
+    # vLLM 0.34.0 v1/worker/gpu/spec_decode/speculator_config.py _resolve_checkpoint_config_class:
+    # an explicit method must be the base method of the speculator the draft declares.
+    if draft is None or not facts.logic.method_checked_against_checkpoint:
+        return []
+    declared = facts.declared_speculator(draft.architectures)
+    method = spec.draft.method
+    if declared is None or declared["base_method"] == method:
+        return []
+    return [error("method-checkpoint-mismatch", "spec.draft.method",
+                  f"vLLM {facts.version} checks the method against the draft checkpoint: {list(draft.architectures)} is a "
+                  f"{declared['base_method']!r} checkpoint, not {method!r}; use method {declared['base_method']} or a {method} draft")]
+
+
 def check_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
     """Rules that hold for every parallel layout and every k."""
     target, draft = models.target, models.draft
@@ -124,7 +138,9 @@ def check_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts
     findings += _check_vocab(spec, target, draft)
     findings += _check_max_model_len(spec, target)
     findings += _check_draft_max_model_len(spec, target, draft)
-    if spec.draft.method == "suffix":
+    if not models.draft_is_target:
+        findings += _check_declared_speculator(spec, draft, facts)
+    if spec.draft.method == "suffix" and facts.logic.suffix_needs_arctic_inference:
         findings.append(warning("suffix-needs-arctic-inference", "spec.draft.method",
                                 "suffix decoding needs the arctic-inference package in the vLLM image"))
     return findings

@@ -54,11 +54,11 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
     def refuse(code: str, key: str, message: str) -> None:
         findings.append(error(code, f"{FIELD}.{key}", message))
 
-    if config.get("dspark_draft_topk") is not None and method != "dspark":
-        refuse("speculative-config-method", "dspark_draft_topk", "dspark_draft_topk is only supported by method dspark")
-    if config.get("index_share_for_mtp_iteration") is not None and method != "mtp":
-        refuse("speculative-config-method", "index_share_for_mtp_iteration", "index_share_for_mtp_iteration is only supported with method mtp")
-    if config.get("use_heterogeneous_vocab"):
+    if logic.options_checked_per_speculator:
+        findings += _speculator_option_findings(method, config, models, facts)
+    else:
+        findings += _per_key_method_findings(method, config, facts)
+    if config.get("use_heterogeneous_vocab") and "use_heterogeneous_vocab" in facts.speculative_fields:
         if method != "draft_model":
             refuse("speculative-config-method", "use_heterogeneous_vocab", "use_heterogeneous_vocab only works with method draft_model")
         if config.get("draft_sample_method", "greedy") != "greedy":
@@ -83,19 +83,25 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
             refuse("speculative-config-combination", "rejection_sample_method", f"FLy (rejection_sample_method fly) requires numSpeculativeTokens >= 2, got {k}")
         elif isinstance(window, int) and not isinstance(window, bool) and window >= k:
             refuse("speculative-config-combination", "fly_window_size", f"FLy requires fly_window_size ({window}) to be smaller than numSpeculativeTokens ({k})")
-    if config.get("draft_lm_head_quantization") is not None and "draft_lm_head_quantization" in facts.speculative_fields:
+    if (config.get("draft_lm_head_quantization") is not None and "draft_lm_head_quantization" in facts.speculative_fields
+            and not logic.options_checked_per_speculator):
         gemma4_mtp = method == "mtp" and models is not None and models.target.mtp is not None and models.target.mtp.model_type == "gemma4_mtp"
         if method not in logic.draft_lm_head_quantization_methods or gemma4_mtp:
             refuse("speculative-config-method", "draft_lm_head_quantization",
                    f"draft_lm_head_quantization is not supported for method {method!r} (only {', '.join(sorted(logic.draft_lm_head_quantization_methods))}, whose drafts share the target's lm_head)")
     topc = config.get("xpress_topc")
     if topc is not None and "xpress_topc" in facts.speculative_fields and models is not None:
-        draft = models.draft
-        xpress = draft is not None and bool(set(draft.architectures) & logic.xpress_architectures)
-        if not xpress:
-            refuse("speculative-config-method", "xpress_topc", "xpress_topc is only supported by XPress drafts (" + ", ".join(sorted(logic.xpress_architectures)) + ")")
-        elif isinstance(topc, int) and draft is not None and not 0 <= topc <= (draft.draft_vocab_size or draft.vocab_size):
-            refuse("speculative-config-range", "xpress_topc", f"xpress_topc must be between 0 and the draft vocabulary size ({draft.draft_vocab_size or draft.vocab_size})")
+        findings += _xpress_topc_findings(topc, method, models, facts)
+    parallel = logic.parallel_drafting_methods
+    if parallel is not None and config.get("parallel_drafting") is True and method not in parallel:
+        refuse("speculative-config-method", "parallel_drafting",
+               f"vLLM {facts.version}: parallel_drafting is only supported by the {' and '.join(sorted(parallel))} methods, not {method!r}")
+    dcp = config.get("draft_decode_context_parallel_size")
+    if isinstance(dcp, int) and dcp > 1 and _speculator(method, models, facts).get("draft_model"):
+        # SpeculativeConfig._verify_and_get_draft_dcp: 1 or the target's decode context
+        # parallel size, which the operator leaves at vLLM's default of 1.
+        refuse("speculative-config-range", "draft_decode_context_parallel_size",
+               f"draft_decode_context_parallel_size must be 1 or the target's decode context parallel size (1), got {dcp}")
     if method == "suffix":
         findings += _suffix_findings(config)
     low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
@@ -104,12 +110,71 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
     return findings
 
 
-# SpeculativeConfig._validate_suffix_decoding: (key, lowest, highest) for method suffix.
+def _per_key_method_findings(method: str, config: dict[str, Any], facts: VllmFacts) -> list[Finding]:
+    """Up to 0.33.0: each method-specific key checked by its own rule in __post_init__."""
+    findings = []
+    if config.get("dspark_draft_topk") is not None and method != "dspark":
+        findings.append(error("speculative-config-method", f"{FIELD}.dspark_draft_topk", "dspark_draft_topk is only supported by method dspark"))
+    if config.get("index_share_for_mtp_iteration") is not None and method != "mtp":
+        findings.append(error("speculative-config-method", f"{FIELD}.index_share_for_mtp_iteration",
+                              "index_share_for_mtp_iteration is only supported with method mtp"))
+    return findings
+
+
+def _xpress_topc_findings(topc: Any, method: str, models: Models, facts: VllmFacts) -> list[Finding]:
+    """xpress_topc: XPress drafts only (0.33.0: by architecture; 0.34.0: the XPress speculator's
+    supported_options, refused above), and 0 <= topc <= the draft vocabulary (apply_options)."""
+    draft, logic = models.draft, facts.logic
+    if logic.options_checked_per_speculator:
+        xpress = "xpress_topc" in _speculator(method, models, facts).get("supported_options", ())
+        if not xpress:
+            return []  # refused by _speculator_option_findings
+    elif not (draft is not None and set(draft.architectures) & logic.xpress_architectures):
+        return [error("speculative-config-method", f"{FIELD}.xpress_topc",
+                      "xpress_topc is only supported by XPress drafts (" + ", ".join(sorted(logic.xpress_architectures)) + ")")]
+    if isinstance(topc, int) and draft is not None and not 0 <= topc <= (draft.draft_vocab_size or draft.vocab_size):
+        return [error("speculative-config-range", f"{FIELD}.xpress_topc",
+                      f"xpress_topc must be between 0 and the draft vocabulary size ({draft.draft_vocab_size or draft.vocab_size})")]
+    return []
+
+
+def _speculator(method: str, models: Models | None, facts: VllmFacts) -> dict[str, Any]:
+    """The SpeculatorConfig vLLM (0.34.0 on) settles on for this draft; {} before 0.34.0."""
+    archs: tuple[str, ...] = ()
+    if models is not None and models.draft is not None:
+        mtp = models.target.mtp if method == "mtp" else None
+        archs = (mtp.architecture,) if mtp is not None else tuple(models.draft.architectures)
+    return facts.speculator(method, archs) or {}
+
+
+def _speculator_option_findings(method: str, config: dict[str, Any], models: Models | None,
+                                facts: VllmFacts) -> list[Finding]:
+    """0.34.0 speculative.py __post_init__: a method-specific option must be in the settled
+    speculator's supported_options (Gemma-4 MTP drops draft_lm_head_quantization, XPress drafts
+    take xpress_topc, only custom speculators take speculator_options); DSparkSpeculatorConfig
+    .apply_options then takes draft_lm_head_quantization only for DeepSeek-V4's own DSpark head."""
+    speculator = _speculator(method, models, facts)
+    supported = set(speculator.get("supported_options", ()))
+    findings = [error("speculative-config-method", f"{FIELD}.{option}",
+                      f"vLLM {facts.version}: {option} is not supported with speculative method {method!r}"
+                      + (f" (it takes {', '.join(sorted(supported))})" if supported else ""))
+                for option in facts.method_specific_options if config.get(option) is not None and option not in supported]
+    own_dspark_draft = models is not None and models.draft is not None and not models.draft_is_target \
+        and facts.declared_speculator(models.draft.architectures) is not None
+    if method == "dspark" and config.get("draft_lm_head_quantization") is not None and own_dspark_draft:
+        findings.append(error("speculative-config-method", f"{FIELD}.draft_lm_head_quantization",
+                              "draft_lm_head_quantization is only supported by the DeepSeek-V4/V4.1 DSpark drafters (a dspark method without draft.model on a DeepSeek-V4 target)"))
+    return findings
+
+
+# SpeculativeConfig._validate_suffix_decoding (0.34.0: suffix/config.py SuffixSpeculatorConfig
+# .configure): (key, lowest, highest) for method suffix.
 SUFFIX_BOUNDS = {
     "suffix_decoding_max_tree_depth": (1, None),
     "suffix_decoding_max_cached_requests": (0, None),
     "suffix_decoding_max_spec_factor": (0, None),
     "suffix_decoding_min_token_prob": (0, 1),
+    "suffix_decoding_corpus_tokens": (0, (1 << 31) - 1),  # 0.34.0: in [0, 2**31)
 }
 
 
