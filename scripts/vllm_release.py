@@ -144,7 +144,7 @@ def parity_rows(venv: Path, out: Path) -> dict[str, dict[str, Any]]:
     return {row["id"]: row for row in json.loads(out.read_text())["rows"]}
 
 
-def release_day(version: str, venv: Path, started: float) -> int:
+def release_day(version: str, venv: Path, previous_venv: Path | None, started: float) -> int:
     """Regenerate the data, run the grid here and under the previous release, print the diff."""
     _run([str(venv / "bin" / "python"), str(ROOT / "scripts" / "refresh_vllm_facts.py")], env={**os.environ, **VLLM_ENV})
     previous = previous_release(version)
@@ -152,7 +152,9 @@ def release_day(version: str, venv: Path, started: float) -> int:
     old = json.loads((DATA_DIR / f"{previous}.json").read_text()) if previous else new
     work = Path(tempfile.mkdtemp(prefix="vllm-release-"))
     rows = parity_rows(venv, work / f"{version}.json")
-    before = parity_rows(release_venv(previous), work / f"{previous}.json") if previous and (release_venv(previous) / ".installed").exists() else {}
+    previous_venv = previous_venv or (release_venv(previous) if previous else None)
+    ready = previous is not None and previous_venv is not None and (previous_venv / ".installed").exists()
+    before = parity_rows(previous_venv, work / f"{previous}.json") if ready else {}
     print(f"\n==> vLLM {version} against {previous or '(none)'}: facts that changed")
     print("\n".join(f"  {line}" for line in facts_diff(old, new)) or "  none")
     flipped = [f"  {cid}: vLLM {previous} {'accepts' if before[cid]['vllm_ok'] else 'refuses'}, {version} "
@@ -179,13 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("version", help="the vLLM release, e.g. 0.34.0")
     parser.add_argument("--venv", type=Path, help="the release's venv (default: .venv-vllm-<major.minor>)")
     parser.add_argument("--base-venv", type=Path, default=BASE_VENV, help="the CPU build venv whose packages a wheel venv reuses")
+    parser.add_argument("--previous-venv", type=Path, help="the previous release's venv (default: its .venv-vllm-<major.minor>)")
     args = parser.parse_args(argv)
     venv = args.venv or release_venv(args.version)
     started = time.monotonic()
     build_venv(args.version, venv, args.base_venv)
     if args.step == "venv":
         return 0
-    return release_day(args.version, venv, started)
+    return release_day(args.version, venv, args.previous_venv, started)
 
 
 if __name__ == "__main__":

@@ -74,11 +74,11 @@ def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draf
     return findings
 
 
-def _check_vocab(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
+def _check_vocab(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None, facts: VllmFacts) -> list[Finding]:
     # vllm/config/speculative.py verify_equal_vocab_size_if_draft_model
     if spec.draft.method != "draft_model" or draft is None:
         return []
-    if spec.draft.speculative_config.get("use_heterogeneous_vocab"):
+    if spec.draft.speculative_config.get("use_heterogeneous_vocab") and "use_heterogeneous_vocab" in facts.speculative_fields:
         return [info("heterogeneous-vocab", "spec.draft.speculativeConfig.use_heterogeneous_vocab",
                      "different vocabularies allowed by use_heterogeneous_vocab (greedy draft sampling only)")]
     if target.vocab_size != draft.vocab_size:
@@ -135,7 +135,7 @@ def check_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts
     if findings:
         return findings  # every other rule is the method's; vLLM stops at the method too
     findings += _check_architectures(spec, target, draft, facts)
-    findings += _check_vocab(spec, target, draft)
+    findings += _check_vocab(spec, target, draft, facts)
     findings += _check_max_model_len(spec, target)
     findings += _check_draft_max_model_len(spec, target, draft)
     if not models.draft_is_target:

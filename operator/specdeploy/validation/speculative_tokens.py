@@ -6,6 +6,7 @@ from __future__ import annotations
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, error, info
 from specdeploy.geometry import Geometry, Models
+from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.drafts import default_k_source
 
 K_FIELD = "spec.draft.numSpeculativeTokens"
@@ -35,18 +36,26 @@ def _refused_by_n_predict(method: str, n_predict: int | None, k: int) -> bool:
     return method != "dspark" and bool(n_predict) and k > n_predict and k % n_predict != 0  # type: ignore[operator]
 
 
+def _suffix_default_k(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> int:
+    """The release's own default (0.33.0: the tree depth; 0.34.0: min(8, depth)), with the depth
+    as set or as the release's SpeculativeConfig defaults it."""
+    depth = spec.draft.speculative_config.get("suffix_decoding_max_tree_depth",
+                                              facts.speculative_fields["suffix_decoding_max_tree_depth"]["default"])
+    return facts.suffix_default_k(int(depth))
+
+
 def resolve_num_speculative_tokens(
-    spec: SpeculativeDeploymentSpec, models: Models, k_in_force: int | None = None
+    spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts, k_in_force: int | None = None
 ) -> tuple[int | None, list[Finding]]:
     """k for every later stage. With `auto`: `k_in_force` (the k the telemetry chose, from
     status.speculation) when vLLM would accept it, else where auto starts."""
     method, k = spec.draft.method, spec.draft.num_speculative_tokens
     n_predict = draft_n_predict(method, models.draft)
     if k == "auto":
-        return _auto_k(spec, n_predict, k_in_force)
+        return _auto_k(spec, n_predict, k_in_force, facts)
     if method == "suffix" and k is None:
-        depth = spec.draft.speculative_config.get("suffix_decoding_max_tree_depth", 24)
-        return int(depth), [info("k-default", K_FIELD, f"suffix decoding defaults k to its tree depth ({depth})")]
+        default = _suffix_default_k(spec, facts)
+        return default, [info("k-default", K_FIELD, f"suffix decoding in vLLM {facts.version} defaults k to {default}")]
     if k is None and models.draft_is_target:
         # __post_init__ makes the target its own draft only when k is set; without k and a
         # draft model there is no draft config to default from.
@@ -63,12 +72,13 @@ def resolve_num_speculative_tokens(
     return k, []
 
 
-def _auto_k(spec: SpeculativeDeploymentSpec, n_predict: int | None, k_in_force: int | None) -> tuple[int, list[Finding]]:
+def _auto_k(spec: SpeculativeDeploymentSpec, n_predict: int | None, k_in_force: int | None,
+            facts: VllmFacts) -> tuple[int, list[Finding]]:
     method = spec.draft.method
     if k_in_force is not None and not _refused_by_n_predict(method, n_predict, k_in_force):
         return k_in_force, [info("k-auto", K_FIELD, f"numSpeculativeTokens auto: k {k_in_force}, chosen from the measured acceptance (status.speculation)")]
     if method == "suffix":
-        start, why = int(spec.draft.speculative_config.get("suffix_decoding_max_tree_depth", 24)), "suffix decoding's tree depth"
+        start, why = _suffix_default_k(spec, facts), "suffix decoding's default"
     elif n_predict and n_predict > 0:
         start, why = n_predict, "the draft config's default"
     else:

@@ -90,13 +90,25 @@ class VllmFacts:
         """CacheConfig.DEFAULT_BLOCK_SIZE: 16 up to 0.33.0, 64 from 0.34.0."""
         return int(self.memory_defaults["block_size"])
 
-    def default_gpu_memory_utilization(self, platform: str = "cuda") -> float:
-        """What vLLM uses when --gpu-memory-utilization is not given: 0.92, or from 0.34.0 on
-        CUDA `resolved_gpu_memory_utilization` with the extensible KV cache (1.0)."""
+    @property
+    def default_gpu_memory_utilization(self) -> float:
+        """What vLLM uses on a GPU when --gpu-memory-utilization is not given: 0.92, or from 0.34.0
+        `resolved_gpu_memory_utilization` with the extensible KV cache, on by default on CUDA and
+        ROCm (1.0)."""
         extensible = self.memory_defaults.get("gpu_memory_utilization_extensible_kv_cache")
-        if platform == "cuda" and self.logic.extensible_kv_cache_on_cuda and extensible is not None:
+        if self.logic.extensible_kv_cache_on_gpu and extensible is not None:
             return float(extensible)
         return float(self.memory_defaults["gpu_memory_utilization"])
+
+    def memory_assumptions(self) -> dict[str, Any]:
+        """The release's memory defaults a plan assumes, in the plan's words."""
+        return {
+            "vllmVersion": self.version,
+            "defaultBlockSize": self.default_block_size,
+            "defaultGpuMemoryUtilization": self.default_gpu_memory_utilization,
+            "kvCacheSizing": ("extensible: sized from the memory free after CUDA-graph capture"
+                              if self.logic.extensible_kv_cache_on_gpu else "profiled: budget minus the profiled peak"),
+        }
 
     # -- speculators (0.34.0: v1/worker/gpu/spec_decode/speculator_config.py) -------------------
     @property

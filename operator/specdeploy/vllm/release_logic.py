@@ -36,10 +36,10 @@ class ReleaseLogic:
     # 0.34.0 speculative.py `_verify_args`: `parallel_drafting=True` only with these methods
     # (a literal `("dflash", "dspark")` there); None: not restricted (0.32.0/0.33.0 take it on any).
     parallel_drafting_methods: frozenset[str] | None
-    # 0.34.0 config/cache.py `enable_extensible_kv_cache`: on CUDA (and ROCm) by default, the KV
+    # 0.34.0 config/cache.py `enable_extensible_kv_cache`: on CUDA and ROCm by default, the KV
     # cache is sized from the memory free after CUDA-graph capture, and an unset
     # gpu_memory_utilization means `resolved_gpu_memory_utilization` (1.0, in the data).
-    extensible_kv_cache_on_cuda: bool
+    extensible_kv_cache_on_gpu: bool
 
 
 RELEASE_LOGIC: dict[str, ReleaseLogic] = {
@@ -52,7 +52,7 @@ RELEASE_LOGIC: dict[str, ReleaseLogic] = {
         method_checked_against_checkpoint=False,
         options_checked_per_speculator=False,
         parallel_drafting_methods=None,
-        extensible_kv_cache_on_cuda=False,
+        extensible_kv_cache_on_gpu=False,
     ),
     "0.33.0": ReleaseLogic(
         heterogeneous_vocab_excludes_local_argmax=True,
@@ -63,7 +63,7 @@ RELEASE_LOGIC: dict[str, ReleaseLogic] = {
         method_checked_against_checkpoint=False,
         options_checked_per_speculator=False,
         parallel_drafting_methods=None,
-        extensible_kv_cache_on_cuda=False,
+        extensible_kv_cache_on_gpu=False,
     ),
     "0.34.0": ReleaseLogic(
         # use_heterogeneous_vocab is gone (the key is refused as unknown, from the data).
@@ -75,6 +75,6 @@ RELEASE_LOGIC: dict[str, ReleaseLogic] = {
         method_checked_against_checkpoint=True,
         options_checked_per_speculator=True,
         parallel_drafting_methods=frozenset({"dflash", "dspark"}),
-        extensible_kv_cache_on_cuda=True,
+        extensible_kv_cache_on_gpu=True,
     ),
 }
