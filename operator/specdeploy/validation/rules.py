@@ -115,7 +115,7 @@ def _check_draft_max_model_len(spec: SpeculativeDeploymentSpec, target: Geometry
 
 
 def _check_declared_speculator(spec: SpeculativeDeploymentSpec, draft: Geometry | None, facts: VllmFacts) -> list[Finding]:
-    # vLLM 0.34.0 v1/worker/gpu/spec_decode/speculator_config.py _resolve_checkpoint_config_class:
+    # v1/worker/gpu/spec_decode/speculator_config.py _resolve_checkpoint_config_class (releases that have it):
     # an explicit method must be the base method of the speculator the draft declares.
     if draft is None or not facts.logic.method_checked_against_checkpoint:
         return []

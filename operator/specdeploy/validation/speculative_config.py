@@ -111,7 +111,8 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
 
 
 def _per_key_method_findings(method: str, config: dict[str, Any], facts: VllmFacts) -> list[Finding]:
-    """Up to 0.33.0: each method-specific key checked by its own rule in __post_init__."""
+    """Releases before the per-method SpeculatorConfig classes: each method-specific key checked by
+    its own rule in SpeculativeConfig.__post_init__."""
     findings = []
     if config.get("dspark_draft_topk") is not None and method != "dspark":
         findings.append(error("speculative-config-method", f"{FIELD}.dspark_draft_topk", "dspark_draft_topk is only supported by method dspark"))
@@ -122,8 +123,8 @@ def _per_key_method_findings(method: str, config: dict[str, Any], facts: VllmFac
 
 
 def _xpress_topc_findings(topc: Any, method: str, models: Models, facts: VllmFacts) -> list[Finding]:
-    """xpress_topc: XPress drafts only (0.33.0: by architecture; 0.34.0: the XPress speculator's
-    supported_options, refused above), and 0 <= topc <= the draft vocabulary (apply_options)."""
+    """xpress_topc: XPress drafts only (by architecture, or with per-method speculators the XPress
+    speculator's supported_options, refused above), and 0 <= topc <= the draft vocabulary."""
     draft, logic = models.draft, facts.logic
     if logic.options_checked_per_speculator:
         xpress = "xpress_topc" in _speculator(method, models, facts).get("supported_options", ())
@@ -139,7 +140,7 @@ def _xpress_topc_findings(topc: Any, method: str, models: Models, facts: VllmFac
 
 
 def _speculator(method: str, models: Models | None, facts: VllmFacts) -> dict[str, Any]:
-    """The SpeculatorConfig vLLM (0.34.0 on) settles on for this draft; {} before 0.34.0."""
+    """The SpeculatorConfig vLLM settles on for this draft ({} for a release without them)."""
     archs: tuple[str, ...] = ()
     if models is not None and models.draft is not None:
         mtp = models.target.mtp if method == "mtp" else None
@@ -149,7 +150,7 @@ def _speculator(method: str, models: Models | None, facts: VllmFacts) -> dict[st
 
 def _speculator_option_findings(method: str, config: dict[str, Any], models: Models | None,
                                 facts: VllmFacts) -> list[Finding]:
-    """0.34.0 speculative.py __post_init__: a method-specific option must be in the settled
+    """speculative.py __post_init__ (releases with per-method speculators): a method-specific option must be in the settled
     speculator's supported_options (Gemma-4 MTP drops draft_lm_head_quantization, XPress drafts
     take xpress_topc, only custom speculators take speculator_options); DSparkSpeculatorConfig
     .apply_options then takes draft_lm_head_quantization only for DeepSeek-V4's own DSpark head."""
@@ -167,14 +168,14 @@ def _speculator_option_findings(method: str, config: dict[str, Any], models: Mod
     return findings
 
 
-# SpeculativeConfig._validate_suffix_decoding (0.34.0: suffix/config.py SuffixSpeculatorConfig
+# SpeculativeConfig._validate_suffix_decoding (later: suffix/config.py SuffixSpeculatorConfig
 # .configure): (key, lowest, highest) for method suffix.
 SUFFIX_BOUNDS = {
     "suffix_decoding_max_tree_depth": (1, None),
     "suffix_decoding_max_cached_requests": (0, None),
     "suffix_decoding_max_spec_factor": (0, None),
     "suffix_decoding_min_token_prob": (0, 1),
-    "suffix_decoding_corpus_tokens": (0, (1 << 31) - 1),  # 0.34.0: in [0, 2**31)
+    "suffix_decoding_corpus_tokens": (0, (1 << 31) - 1),  # in [0, 2**31), where the key exists
 }
 
 

@@ -37,7 +37,7 @@ def _refused_by_n_predict(method: str, n_predict: int | None, k: int) -> bool:
 
 
 def _suffix_default_k(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> int:
-    """The release's own default (0.33.0: the tree depth; 0.34.0: min(8, depth)), with the depth
+    """The release's own default (the tree depth, or min(cap, depth) where suffix/config.py caps it), with the depth
     as set or as the release's SpeculativeConfig defaults it."""
     depth = spec.draft.speculative_config.get("suffix_decoding_max_tree_depth",
                                               facts.speculative_fields["suffix_decoding_max_tree_depth"]["default"])
