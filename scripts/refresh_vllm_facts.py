@@ -155,7 +155,7 @@ def _describe_speculator(cls: type, draft_model_cls: type) -> dict[str, Any]:
         "parallel_drafting": cls.parallel_drafting,
         "uses_target_hidden_states": cls.uses_target_hidden_states,
         "draft_has_own_vocab": cls.draft_has_own_vocab,
-        "draft_model": issubclass(cls, draft_model_cls),
+        "loads_checkpoint": issubclass(cls, draft_model_cls),  # a DraftModelSpeculatorConfig
     }
 
 
@@ -190,7 +190,7 @@ def _speculators(declared: dict[str, type]) -> dict[str, Any] | None:
         "classes": dict(sorted(classes.items())),
         "method_specific_options": list(speculative._METHOD_SPECIFIC_OPTIONS),
         "plugin_methods": hasattr(sc, "register_speculative_method"),
-        "suffix_default_k_cap": _suffix_default_k_cap(by_method["suffix"]),
+        "default_k_caps": {"suffix": _suffix_default_k_cap(by_method["suffix"])},
     }
 
 

@@ -142,11 +142,10 @@ class VllmFacts:
             return declared
         return self._speculators["classes"][self._speculators["by_method"][method]]
 
-    def suffix_default_k(self, tree_depth: int) -> int:
-        """Suffix decoding's k when omitted: the tree depth up to 0.33.0
-        (`_validate_suffix_decoding`); min(cap, depth) from 0.34.0 (suffix/config.py)."""
-        cap = self._speculators.get("suffix_default_k_cap")
-        return min(cap, tree_depth) if cap else tree_depth
+    def default_k_cap(self, method: str) -> int | None:
+        """The most k a method defaults to when k comes from an option (0.34.0 suffix/config.py:
+        min(8, suffix_decoding_max_tree_depth)); None: the option's value itself."""
+        return self._speculators.get("default_k_caps", {}).get(method)
 
     # -- the server's CLI (vllm/entrypoints/.../cli_args.py make_arg_parser) ---------------
     @cached_property
@@ -162,3 +161,7 @@ class VllmFacts:
 
     def speculative_field_choices(self, key: str) -> tuple[str, ...]:
         return tuple(self.speculative_fields.get(key, {}).get("choices", ()))
+
+    def option_default(self, key: str) -> Any:
+        """SpeculativeConfig's default for an option (None when it has none or no such field)."""
+        return self.speculative_fields.get(key, {}).get("default")

@@ -17,15 +17,17 @@ class ReleaseLogic:
     heterogeneous_vocab_excludes_local_argmax: bool
     # rejection_sample_method "fly" (0.33.0): k >= 2, fly_window_size < k, not extract_hidden_states.
     fly_rejection_sampler: bool
-    # draft_lm_head_quantization (0.33.0): only methods whose draft shares the target's lm_head.
+    # draft_lm_head_quantization (0.33.0): only methods whose draft shares the target's lm_head,
+    # and not the MTP layers of these model types (SpeculativeConfig.use_gemma4_mtp()).
     # 0.34.0 reads this from the data instead: each speculator's supported_options.
     draft_lm_head_quantization_methods: frozenset[str]
+    draft_lm_head_quantization_excluded_mtp: frozenset[str]
     # xpress_topc (0.33.0): only XPress drafts (XPRESS_ARCHITECTURES), 0 <= topc <= draft vocab.
     xpress_architectures: frozenset[str]
-    # Suffix decoding needs the optional arctic-inference package: 0.32.0/0.33.0
+    # A method's optional package (`Method.needs_package`) must be in the image: 0.32.0/0.33.0
     # speculative.py `_validate_suffix_decoding` (`has_arctic_inference()`); 0.34.0's suffix
     # speculator is native (v1/worker/gpu/spec_decode/suffix/config.py checks no package).
-    suffix_needs_arctic_inference: bool
+    method_packages_required: bool
     # 0.34.0 speculator_config.py `_resolve_checkpoint_config_class`: an explicit method is
     # checked against the speculator the draft checkpoint's architecture declares
     # (`SpeculativeDraftModel.speculator_config_class`, in the data per architecture).
@@ -47,8 +49,9 @@ RELEASE_LOGIC: dict[str, ReleaseLogic] = {
         heterogeneous_vocab_excludes_local_argmax=False,
         fly_rejection_sampler=False,
         draft_lm_head_quantization_methods=frozenset(),
+        draft_lm_head_quantization_excluded_mtp=frozenset(),
         xpress_architectures=frozenset(),
-        suffix_needs_arctic_inference=True,
+        method_packages_required=True,
         method_checked_against_checkpoint=False,
         options_checked_per_speculator=False,
         parallel_drafting_methods=None,
@@ -58,8 +61,9 @@ RELEASE_LOGIC: dict[str, ReleaseLogic] = {
         heterogeneous_vocab_excludes_local_argmax=True,
         fly_rejection_sampler=True,
         draft_lm_head_quantization_methods=frozenset({"eagle", "eagle3", "mtp"}),
+        draft_lm_head_quantization_excluded_mtp=frozenset({"gemma4_mtp"}),
         xpress_architectures=frozenset({"Qwen3XPressModel", "DFlashQwen3XPressModel"}),
-        suffix_needs_arctic_inference=True,
+        method_packages_required=True,
         method_checked_against_checkpoint=False,
         options_checked_per_speculator=False,
         parallel_drafting_methods=None,
@@ -70,8 +74,9 @@ RELEASE_LOGIC: dict[str, ReleaseLogic] = {
         heterogeneous_vocab_excludes_local_argmax=False,
         fly_rejection_sampler=True,
         draft_lm_head_quantization_methods=frozenset(),
+        draft_lm_head_quantization_excluded_mtp=frozenset(),
         xpress_architectures=frozenset(),
-        suffix_needs_arctic_inference=False,
+        method_packages_required=False,
         method_checked_against_checkpoint=True,
         options_checked_per_speculator=True,
         parallel_drafting_methods=frozenset({"dflash", "dspark"}),
