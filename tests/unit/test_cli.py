@@ -149,9 +149,11 @@ def test_the_image_tag_picks_the_rules_medusa_is_gone_from_0_33(tmp_path: Path, 
 @pytest.mark.parametrize("image", ["vllm/vllm-openai:latest", "vllm/vllm-openai:nightly", "vllm/vllm-openai@sha256:" + "a" * 64,
                                    "vllm/vllm-openai:v0.99.0"])
 def test_an_image_with_no_rule_set_is_judged_by_the_newest_with_a_warning(tmp_path: Path, image: str) -> None:
+    from specdeploy.vllm import NEWEST_VERSION
+
     result = run("plan", "-f", str(_medusa_cr(tmp_path, image)), "-o", "json")
     (out,) = json.loads(result.stdout)["results"]
-    assert out["vllmVersion"] == "0.33.0"
+    assert out["vllmVersion"] == NEWEST_VERSION
     (warning,) = [f for f in out["findings"] if f["code"] == "vllm-version-unknown"]
     assert warning["severity"] == "warning" and warning["field"] == "spec.image" and warning["stage"] == "spec"
 
