@@ -18,7 +18,7 @@ pair/method) and requires the same verdict. Kimi-K3's `auto_map` remote
 code is not needed: vLLM registers its own `KimiK3Config` (and `K3DSparkConfig`) for those
 model_types in `transformers_utils/config.py` `_CONFIG_REGISTRY`.
 
-Suffix decoding: vLLM refuses `method="suffix"` unless the optional `arctic-inference`
+Suffix decoding: vLLM (up to 0.33.0; 0.34.0's suffix is native) refuses `method="suffix"` unless the optional `arctic-inference`
 package is importable (a packaging fact of the image, not a property of the models; its
 sdist needs a native build that the CPU test venv does not do). Only here, not in the Job,
 that package check is reported as passed so that vLLM judges the rest of the suffix
@@ -38,9 +38,6 @@ from unittest import mock
 from specdeploy.preflight.vllm_judge import CannotJudgeOnCpu, Judge, Refused, Request, error_text
 
 LOAD_STAGES = ("args", "config", "load")  # the grid asks whether vLLM can build the pair
-# load_eagle_model / load_dflash_model (v1/worker/gpu/spec_decode/) build these drafts with the
-# target's VllmConfig and TP group, whatever the draft TP says.
-BUILT_AT_TARGET_TP = ("eagle", "eagle3", "mtp", "dflash")
 
 
 @dataclass(frozen=True)
@@ -110,6 +107,16 @@ def _dspark_v4_head_missing(draft_cfg: Any) -> str:
     return ""
 
 
+def _arctic_inference_present() -> Any:
+    """Report the optional package as installed where the release asks for it (up to 0.33.0;
+    0.34.0's suffix speculator is native and has no such check)."""
+    import vllm.config.speculative as speculative
+
+    if hasattr(speculative, "has_arctic_inference"):
+        return mock.patch.object(speculative, "has_arctic_inference", return_value=True)
+    return nullcontext()
+
+
 class VllmJudge:
     """One temporary directory per model; one Judge for the whole grid."""
 
@@ -155,9 +162,11 @@ class VllmJudge:
             return Verdict(False, "load", error_text(exc))
         draft_cfg = spec.draft_model_config if spec is not None else None
         if draft_cfg is not None and draft_cfg is not target_cfg:
-            built_tp = tp if spec.method in BUILT_AT_TARGET_TP else spec.draft_parallel_config.tensor_parallel_size
+            # Every parallel layer reads the global TP group (get_tensor_model_parallel_world_size()),
+            # the target's: load_eagle_model builds with the target's VllmConfig, and the draft-TP
+            # parallel_config load_dspark_model / StandaloneARSpeculator pass is read by no layer.
             try:
-                _kv_check(draft_cfg, built_tp)
+                _kv_check(draft_cfg, tp)
             except Exception as exc:  # noqa: BLE001
                 return Verdict(False, "load", error_text(exc))
             missing = _dspark_markov_rank_missing(draft_cfg)

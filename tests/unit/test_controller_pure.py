@@ -4,7 +4,8 @@ that keep their lastTransitionTime while nothing changes (so nothing is rewritte
 from __future__ import annotations
 
 from specdeploy.controller.apply import merge_patch
-from specdeploy.controller.conditions import Verdict, WorkloadState, merge_conditions, ready_verdict, workload_verdicts
+from specdeploy.api.conditions import Verdict
+from specdeploy.controller.conditions import WorkloadState, merge_conditions, ready_verdict, workload_verdicts
 
 
 def test_merge_patch_sends_only_differences_and_replaces_lists() -> None:
@@ -63,7 +64,7 @@ def test_workload_state_reads_deployment_status() -> None:
 
 def test_kstatus_pair_follows_ready_validated_and_scale_to_zero() -> None:
     """Flux's kstatus reads Reconciling/Stalled, not Ready: both must say what Ready says."""
-    from specdeploy.controller.conditions import Verdict, kstatus_verdicts
+    from specdeploy.controller.conditions import kstatus_verdicts
 
     ok = {"Validated": Verdict("True", "Valid"), "Planned": Verdict("True", "Planned")}
     serving = kstatus_verdicts({**ok, "Ready": Verdict("True", "Serving")})
@@ -74,6 +75,14 @@ def test_kstatus_pair_follows_ready_validated_and_scale_to_zero() -> None:
     assert (invalid["Stalled"].status, invalid["Stalled"].reason, invalid["Reconciling"].status) == ("True", "InvalidPair", "False")
     zero = kstatus_verdicts({**ok, "Ready": Verdict("False", "ScaledToZero")})
     assert zero["Reconciling"].status == "False"
+    assert (serving["Reconciling"].reason, serving["Stalled"].reason) == ("Settled", "NotStalled")
+
+
+def test_no_workload_before_the_first_apply() -> None:
+    """Nothing applied yet (the spec is invalid from the start): no workload, not progressing."""
+    verdicts = workload_verdicts(None, applied=False)
+    assert (verdicts["Progressing"].status, verdicts["Progressing"].reason) == ("False", "NoWorkload")
+    assert (verdicts["Available"].status, verdicts["Available"].reason) == ("False", "NoWorkload")
 
 
 def test_merge_patch_ignores_fields_the_api_server_adds() -> None:
@@ -97,7 +106,7 @@ def test_status_is_compared_as_stored_and_removed_keys_are_nulled() -> None:
 
 
 def test_events_only_for_warnings_and_real_transitions() -> None:
-    from specdeploy.controller.reconcile import _events
+    from specdeploy.controller.conditions import condition_events as _events
 
     def conds(**status: str) -> list[dict[str, str]]:
         return [{"type": t, "status": s, "reason": f"R{t}{s}", "message": ""} for t, s in status.items()]

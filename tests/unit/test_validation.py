@@ -12,7 +12,8 @@ import pytest
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
-from specdeploy.validation.load import built_draft_tp
+from specdeploy.vllm import SUPPORTED_VERSIONS
+from specdeploy.vllm.methods import built_draft_tp, method_named
 from tests.conftest import load_config
 
 TPS = (1, 2, 3, 4, 6, 8, 16)
@@ -51,6 +52,10 @@ def judge(target: str, draft: str | None, method: str, *, tp: Any = "auto", draf
     return evaluate(spec, ModelInputs(load_config(target)), ModelInputs(load_config(draft)) if draft else None)
 
 
+# The oldest supported release still has medusa and mlp_speculator (later ones dropped them).
+MEDUSA_RELEASE = SUPPORTED_VERSIONS[0]
+
+
 def codes(evaluation: Evaluation) -> set[str]:
     return {f.code for f in evaluation.findings if f.severity.value == "error"}
 
@@ -71,6 +76,17 @@ def _divides_heads(config: dict[str, Any], tp: int) -> bool:
     return "kv_lora_rank" in text or (tp % kv == 0 if tp >= kv else kv % tp == 0)
 
 
+def _builds(config: dict[str, Any], tp: int) -> bool:
+    """An independent statement of what model classes split beyond the heads (meta-device builds,
+    vllm/tp_splits.py): gpt-oss gives each rank num_key_value_heads // tp KV heads with no
+    replication; MoonViT (Kimi-K3) splits its MLP when its heads divide TP."""
+    text, vision = config.get("text_config") or config, config.get("vision_config") or {}
+    if config.get("model_type") == "gpt_oss" and text["num_key_value_heads"] % tp:
+        return False
+    heads, mlp = vision.get("vt_num_attention_heads"), vision.get("vt_intermediate_size")
+    return not (heads and mlp and heads % tp == 0 and mlp % tp)
+
+
 @pytest.mark.parametrize("target, draft, method, k, tp, draft_tp", GRID)
 def test_grid_verdicts_follow_the_head_rules_both_ways(target, draft, method, k, tp, draft_tp) -> None:
     """Accepted exactly where the heads divide (a false rejection fails here as surely as a
@@ -78,16 +94,16 @@ def test_grid_verdicts_follow_the_head_rules_both_ways(target, draft, method, k,
     dtp = 1 if draft_tp == "one" else tp
     evaluation = judge(target, draft, method, tp=tp, draft_tp=dtp, k=k)
     draft_config = load_config(draft) if draft else None
-    expected = (target, draft) not in INVALID_PAIRS and _divides_heads(load_config(target), tp) and (
-        draft_config is None or _divides_heads(draft_config, built_draft_tp(method, tp, dtp)))
+    expected = (target, draft) not in INVALID_PAIRS and _divides_heads(load_config(target), tp) and _builds(load_config(target), tp) and (
+        draft_config is None or _divides_heads(draft_config, built_draft_tp(method_named(method), tp, dtp)))
     assert evaluation.ok == expected, [f.message for f in evaluation.findings if f.severity.value == "error"]
     if evaluation.ok:
         plan = evaluation.plan
         t_heads = (load_config(target).get("text_config") or load_config(target))["num_attention_heads"]
         assert plan.tensor_parallel_size == tp and plan.target.attention_heads_per_gpu * tp == t_heads
         if plan.draft is not None and draft is not None:
-            # eagle/eagle3/mtp/dflash drafts run at the target's TP whatever draft TP says (validation/load.py)
-            built = built_draft_tp(method, plan.tensor_parallel_size, plan.draft_tensor_parallel_size)
+            # every draft's layers split at the target's TP whatever draft TP says (validation/load.py)
+            built = built_draft_tp(method_named(method), plan.tensor_parallel_size, plan.draft_tensor_parallel_size)
             assert plan.draft.attention_heads_per_gpu * built == draft_config["num_attention_heads"]
     else:
         errors = [f for f in evaluation.findings if f.severity.value == "error"]
@@ -108,10 +124,11 @@ def test_seed_tp_that_does_not_divide_96_heads_is_invalid(tp: int) -> None:
     assert "target-heads-tp" in codes(judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", tp=tp, k=5))
 
 
-def test_64_head_draft_under_96_head_target_at_tp12_falls_back_to_draft_tp1_with_a_reason() -> None:
-    auto = judge("moonshotai__Kimi-K3", "k3-dspark-released", "dspark", tp=12, k=7)
-    assert auto.ok and auto.plan.draft_tensor_parallel_size == 1
-    assert any(f.code == "draft-tp-fallback" for f in auto.findings)
+def test_64_head_draft_under_96_head_target_cannot_run_at_tp12_whatever_the_draft_tp() -> None:
+    """vLLM builds the DSpark draft's layers at the target's TP (load_dspark_model's draft TP is
+    read by no layer): 64 heads do not split over 12, so draft TP 1 is no way out."""
+    one = judge("moonshotai__Kimi-K3", "k3-dspark-released", "dspark", tp=12, draft_tp=1, k=7)
+    assert not one.ok and "draft-load-fails" in codes(one)
     forced = judge("moonshotai__Kimi-K3", "k3-dspark-released", "dspark", tp=12, draft_tp=12, k=7)
     assert "draft-heads-tp" in codes(forced)
 
@@ -209,10 +226,12 @@ def test_speculative_config_passthrough_refuses_owned_and_unknown_keys() -> None
 
 
 def test_plan_speculative_config_is_what_vllm_gets() -> None:
+    from specdeploy.vllm import DEFAULT_VERSION
+
     evaluation = judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", tp=8, k=5)
     expected = {"method": "dspark", "model": "org/k3-dspark-block5", "num_speculative_tokens": 5, "draft_tensor_parallel_size": 8}
     assert evaluation.speculative_config == expected == evaluation.to_dict()["plan"]["speculativeConfig"]
-    assert evaluation.to_dict()["vllmVersion"] == evaluation.plan.vllm_version == "0.32.0"
+    assert evaluation.to_dict()["vllmVersion"] == evaluation.plan.vllm_version == DEFAULT_VERSION
 
 
 def test_speculators_eagle3_draft_is_valid_and_needs_k_set() -> None:
@@ -222,12 +241,14 @@ def test_speculators_eagle3_draft_is_valid_and_needs_k_set() -> None:
 
 def test_old_format_medusa_is_read_the_way_vllm_rewrites_it() -> None:
     """No model_type, no vocab_size, medusa_num_* keys: vLLM forces model_type medusa."""
-    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "medusa-old-format-vicuna", "medusa", tp=2, k=3)
+    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "medusa-old-format-vicuna", "medusa", tp=2, k=3,
+                       vllmVersion=MEDUSA_RELEASE)
     assert evaluation.ok and evaluation.plan.draft.attention_heads_per_gpu == 0
 
 
 def test_mlp_speculator_is_refused_for_its_architecture_not_a_missing_head_count() -> None:
-    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "mlp-speculator-llama3-8b", "mlp_speculator", tp=1, k=3)
+    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "mlp-speculator-llama3-8b", "mlp_speculator", tp=1, k=3,
+                       vllmVersion=MEDUSA_RELEASE)
     assert codes(evaluation) == {"draft-architecture-unsupported"}
 
 

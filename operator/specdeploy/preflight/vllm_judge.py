@@ -614,24 +614,26 @@ def _load_draft(model: Any, config: Any, stack: ExitStack) -> Any:
         with _default_dtype(torch, (model_config or vllm_config.model_config).dtype):
             return initialize_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
 
-    method = spec.method
-    if method in ("eagle", "eagle3", "mtp", "dflash", "dspark"):
+    # The order of v1/worker/gpu/spec_decode/__init__.py init_speculator, by vLLM's own predicates.
+    if spec.use_dflash() or spec.use_dspark() or spec.use_eagle():
         import vllm.v1.worker.gpu.spec_decode.dflash.utils as dflash_utils
         import vllm.v1.worker.gpu.spec_decode.eagle.utils as eagle_utils
         from vllm.v1.worker.gpu.spec_decode.dspark.utils import load_dspark_model
 
-        loader = {"dflash": dflash_utils.load_dflash_model, "dspark": load_dspark_model}.get(
-            method, eagle_utils.load_eagle_model)
         for module in (eagle_utils, dflash_utils, model_loader):
             stack.enter_context(mock.patch.object(module, "get_model", build))
-        return loader(model, config)
-    if method == "draft_model":
+        if spec.use_dflash():
+            return dflash_utils.load_dflash_model(model, config)
+        if spec.use_dspark():
+            return load_dspark_model(model, config)
+        return eagle_utils.load_eagle_model(model, config)  # EAGLE, EAGLE-3, MTP
+    if spec.uses_draft_model():
         import vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator as standalone
 
         stack.enter_context(mock.patch.object(standalone, "get_model", build))
         speculator = SimpleNamespace(speculative_config=spec, vllm_config=config, draft_model_config=spec.draft_model_config)
         return standalone.StandaloneARSpeculator.load_draft_model(speculator, model, set())
-    return None  # medusa, mlp_speculator: heads built by the target's runner, no KV cache
+    return None  # heads without a KV cache of their own, built by the target's runner
 
 
 @contextmanager
