@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -149,7 +149,7 @@ class VllmJudge:
 
     def judge(self, request: Request) -> Verdict:
         """The judge's args and config stages, then the load checks on its VllmConfig."""
-        with _suffix_package_present():
+        with _arctic_inference_present():
             try:
                 config = self._judge.engine_config(request)
             except Refused as refused:
@@ -179,19 +179,9 @@ class VllmJudge:
 
     def built(self, request: Request) -> Verdict:
         """The judge through its real load stage: target and draft built on the meta device."""
-        with _suffix_package_present():
+        with _arctic_inference_present():
             try:
                 verdict = self._judge.judge(request, stages=LOAD_STAGES)
             except CannotJudgeOnCpu as exc:  # a layer only a GPU builds: no verdict here
                 return Verdict(True, "", f"not judged at load on CPU: {exc}")
         return Verdict(verdict.ok, verdict.stage or "", verdict.error or "")
-
-
-@contextmanager
-def _suffix_package_present() -> Iterator[None]:
-    import vllm.config.speculative as speculative_module
-
-    with ExitStack() as stack:
-        if hasattr(speculative_module, "has_arctic_inference"):  # releases where suffix needs the package
-            stack.enter_context(mock.patch.object(speculative_module, "has_arctic_inference", return_value=True))
-        yield
