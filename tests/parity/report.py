@@ -69,8 +69,8 @@ def compute_rows() -> list[Row]:
         for case in grid():
             verdict = judge.judge(_request(judge, case))
             rows.append(Row(case, verdict.ok, verdict.stage, verdict.error, *our_verdict(case)))
-        sample = {r.case for r in load_sample(rows)}
-        rows = [replace(r, built=judge.built(_request(judge, r.case))) if r.case in sample else r for r in rows]
+        sample = {r.case.id for r in load_sample(rows)}
+        rows = [replace(r, built=judge.built(_request(judge, r.case))) if r.case.id in sample else r for r in rows]
     finally:
         judge.close()
     return rows

@@ -21,6 +21,7 @@ import pytest
 vllm = pytest.importorskip("vllm")
 
 from specdeploy.vllm import judging_version  # noqa: E402
+from specdeploy.vllm.methods import method_named  # noqa: E402
 
 from memory_judge import MemoryJudge, MemoryVerdict  # noqa: E402
 
@@ -161,7 +162,7 @@ def our_need(case: Case, verdict: MemoryVerdict) -> int:
     if case.method == "mtp":
         draft = target
     elif case.draft:
-        draft = read_geometry(vllm_draft_config(case.method, _load(case.draft), target.vocab_size), "d", FACTS)[0]
+        draft = read_geometry(vllm_draft_config(method_named(case.method), _load(case.draft), target.vocab_size), "d", FACTS)[0]
     k = case.k if case.method else 0
     caches = layer_caches(case.method or "ngram", target, draft, case.tp, case.tp, 1, "auto", k,
                           verdict.mamba_ssm_cache_dtype)
