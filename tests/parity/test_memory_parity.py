@@ -1,13 +1,15 @@
 """Our KV-cache need equals vLLM's own, for real configs at TP 1/2/4/8, targets and pairs.
 
-vLLM's side is `memory_judge.MemoryJudge` (its model classes on the meta device, its
-`get_kv_cache_configs`); ours is `planning.memory.layer_caches` + `kv_cache.cache_need`,
-handed the three CPU facts the judge reads from vLLM's config (block size, tokens in
-flight, Mamba cache mode) instead of the GPU defaults. A row is comparable when vLLM
-builds the model; where vLLM's config check accepts a case and its build fails, our
-`evaluate` must refuse it with a `load` finding. Runs under each supported release (its venv's
-vLLM judges; our plan uses that release's rule set). Results: docs/memory-parity-<version>.md.
-About 4 minutes per release on 2 shared cores (the full grid under 0.32.0 and 0.33.0)."""
+vLLM's side is the preflight judge (`memory_judge.MemoryJudge` asks
+`specdeploy/preflight/vllm_judge.py`: vLLM's model classes on the meta device, its
+`get_kv_cache_configs`, at a GPU's block size, batch limits and scheduling); ours is
+`planning.memory.layer_caches` + `kv_cache.cache_need`, handed the facts the judge reads from
+vLLM's config (block size, tokens in flight, Mamba cache mode, state dtype). A row is comparable
+when vLLM builds the model; where vLLM's config check accepts a case and its build fails, our
+`evaluate` must refuse it with a `load` finding. Runs under every release whose venv is there
+(0.32, 0.33, 0.34; ours with that release's rule set, or the newest one for a release without
+one). Results: docs/memory-parity-<version>.md. About 70-75 s of CPU per release (the judge's
+part), measured under 0.32.0, 0.33.0 and 0.34.0 on the shared 2-core machine."""
 
 from __future__ import annotations
 
