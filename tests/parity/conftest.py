@@ -29,11 +29,8 @@ answers:
   (`<target> --tensor-parallel-size TP --speculative-config {...}`), parsed by the release's
   `vllm serve` parser and built into a VllmConfig by `create_engine_config` (ModelConfig,
   ParallelConfig, SpeculativeConfig, which builds and verifies the draft's configs), as on a GPU.
-  Then the failures vLLM's model build finds (`load`): the real `QKVParallelLinear` KV-head split
-  at the TP the layers read (the target's for EAGLE-style drafts) and the DSpark heads' required
-  config attributes. The judge's real meta-device build re-judges a sample (every case these
-  checks refuse, and per pair the accepted case at the largest TP) and must agree
-  (`test_load_checks_agree_with_the_meta_build`).
+  Then target and draft built by the release's own classes on the meta device at the case's TP
+  (`load`).
 - **specdeploy**: `specdeploy.pipeline.evaluate(spec, target, draft).ok` (no `resources.gpu`, so
   memory is not part of the question).
 

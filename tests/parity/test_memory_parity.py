@@ -273,13 +273,13 @@ def test_our_need_is_vllms(rows, case: Case) -> None:
     assert row.ours - row.vllm.need_bytes <= row.tolerance, f"ours {row.ours:,} vs vLLM {row.vllm.need_bytes:,}"
 
 
-def test_our_tokens_in_flight_are_the_gpu_configs(rows) -> None:
+def test_our_tokens_in_flight_are_never_fewer_than_the_gpu_configs(rows) -> None:
     """Sliding-window and chunked layers keep blocks for the tokens in flight: two batches with
-    async scheduling (every method with a draft model, and no speculation), one without."""
+    async scheduling (every method from 0.33; 0.32 keeps one for ngram and suffix). Ours
+    counts two, never fewer than vLLM."""
     comparable = [r for r in rows if r.vllm.ok]
-    assert {r.vllm.in_flight_tokens for r in comparable} == {8192, 16384}
-    for row in comparable:
-        assert row.vllm.in_flight_tokens == in_flight_tokens(row.case.method), row.case.id
+    assert max(r.vllm.in_flight_tokens for r in comparable) == in_flight_tokens()
+    assert all(r.vllm.in_flight_tokens <= in_flight_tokens() for r in comparable)
 
 
 def test_cases_vllm_cannot_build_are_refused_at_the_load_stage(rows) -> None:
