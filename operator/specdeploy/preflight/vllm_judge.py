@@ -72,7 +72,8 @@ MAX_VERDICT_BYTES = 4096  # Kubernetes keeps this much of a termination message
 MAX_ERROR_CHARS = 2000
 EXIT_OK, EXIT_REFUSED, EXIT_BROKEN = 0, 1, 2
 # Layers the CPU build cannot make at all (a GPU builds them): no verdict on a pod.
-CPU_ONLY_FAILURES = ("requires a CUDA device", "is not implemented on CPU", "is supported only for CUDA")
+CPU_ONLY_FAILURES = ("requires a CUDA device", "is not implemented on CPU", "is supported only for CUDA",
+                     "Cannot access accelerator device")  # 0.34's sparse-MLA layers (DeepSeek-V3.2, GLM-5)
 # Launch flags of a multi-node pod; one process judges rank 0 (render/pod.py adds them).
 _LAUNCH_FLAGS = {"--nnodes": 1, "--node-rank": 1, "--master-addr": 1, "--master-port": 1, "--headless": 0,
                  "--distributed-executor-backend": 1}
