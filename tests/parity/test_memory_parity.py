@@ -8,8 +8,8 @@ vLLM's config (block size, tokens in flight, Mamba cache mode, state dtype). A r
 when vLLM builds the model; where vLLM's config check accepts a case and its build fails, our
 `evaluate` must refuse it with a `load` finding. Runs under every release whose venv is there
 (0.32, 0.33, 0.34; ours with that release's rule set, or the newest one for a release without
-one). Results: docs/memory-parity-<version>.md. About 70-75 s of CPU per release (the judge's
-part), measured under 0.32.0, 0.33.0 and 0.34.0 on the shared 2-core machine."""
+one). Results: docs/memory-parity-<version>.md. About 2 minutes of CPU per release (109-122 s user
+time for the file), measured under 0.32.0, 0.33.0 and 0.34.0 on the shared 2-core machine."""
 
 from __future__ import annotations
 
