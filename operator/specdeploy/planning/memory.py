@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from specdeploy.geometry import Geometry
 from specdeploy.vllm.methods import built_draft_tp, method_named
-from specdeploy.planning.kv_cache import (STATE, CacheNeed, LayerCache, cache_need, model_layer_caches,
+from specdeploy.planning.kv_cache import (STATE, CacheNeed, LayerCache, cache_need, default_block_size, model_layer_caches,
                                           promote_local_to_full)
 
 GIB = 1024**3
@@ -105,10 +105,14 @@ def state_bytes_per_sequence(caches: list[LayerCache]) -> int:
     return sum(c.state_bytes * c.layers for c in caches if c.kind == STATE)
 
 
-def kv_cache_need(caches: list[LayerCache], max_model_len: int, sequences: int, k: int) -> CacheNeed:
+def kv_cache_need(caches: list[LayerCache], max_model_len: int, sequences: int, k: int,
+                  release_block_size: int) -> CacheNeed:
     """The GPU start-up check's figure: prefix caching is on by default for generation
-    models (engine/arg_utils.py), which puts hybrid models in Mamba `align` mode."""
+    models (engine/arg_utils.py), which puts hybrid models in Mamba `align` mode. Blocks are
+    the judging release's CacheConfig.DEFAULT_BLOCK_SIZE (VllmFacts.default_block_size), or
+    the MLA backends'."""
     return cache_need(caches, max_model_len=max_model_len, sequences=sequences,
+                      block_size=default_block_size(caches, release_block_size),
                       num_speculative_tokens=k, mamba_align_mode=True)
 
 

@@ -47,6 +47,9 @@ class MemoryEstimate:
     block_size: int  # tokens per KV block after hybrid alignment
     layers: tuple[LayerCache, ...]
     weights_source: str
+    # The judging release's memory defaults the estimate assumed (VllmFacts.memory_assumptions):
+    # its default block size and gpu_memory_utilization, and how it sizes the KV cache.
+    release_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
     def kv_cache_gib(self) -> float:
@@ -75,6 +78,7 @@ class MemoryEstimate:
             "kvBlockSize": self.block_size,
             "layers": [layer.to_dict() for layer in self.layers],
             "weightsSource": self.weights_source,
+            "releaseDefaults": self.release_defaults,
             "fits": self.fits,
         }
 

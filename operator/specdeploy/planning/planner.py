@@ -106,9 +106,9 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
 
 
 def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
-            tp: int, draft_tp: int | None, pp: int, max_model_len: int, k: int) -> MemoryEstimate:
+            tp: int, draft_tp: int | None, pp: int, max_model_len: int, k: int, facts: VllmFacts) -> MemoryEstimate:
     caches = layer_caches(spec.draft.method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
-    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k)
+    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k, facts.default_block_size)
     return MemoryEstimate(
         gpu_memory_gib=gpu_gib,
         budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
@@ -121,6 +121,7 @@ def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
         block_size=need.block_size,
         layers=tuple(caches),
         weights_source=models.weights_source,
+        release_defaults=facts.memory_assumptions(),
     )
 
 
@@ -201,7 +202,7 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: in
     if has_errors(findings):
         reason = "; ".join(f.message for f in findings if f.severity is Severity.ERROR)
         return Candidate(tp, pp, False, reason), None, findings
-    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len, k) if gpu_gib else None
+    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len, k, facts) if gpu_gib else None
     if memory is not None and not memory.fits:
         blocking = error("memory-does-not-fit", "spec.resources.gpu",
                          f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences",
