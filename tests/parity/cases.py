@@ -90,6 +90,11 @@ DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
     *((K3, d, "dspark") for d in K3_DRAFTS),
     # A dense (non-DSpark) draft under dspark: vLLM accepts the config (DSparkDraftModel)
     ("Qwen__Qwen3-8B", "Qwen__Qwen3-0.6B", "dspark"),
+    # Draft TP 1 is no way out for a draft whose 24 heads the target's TP does not split: draft_model
+    # and dspark drafts get a draft-TP parallel_config no layer reads (meta-device build: vLLM's
+    # config accepts TP 16 with draft TP 1, the draft's attention asserts at load)
+    ("meta-llama__Llama-3.1-70B-Instruct", "draft-tp-llama-24-heads", "draft_model"),
+    ("Qwen__Qwen3-8B", "draft-tp-dspark-qwen3-24-heads", "dspark"),
 )
 
 DEFAULT_K_PAIRS: tuple[tuple[str, str | None, str], ...] = (

@@ -76,6 +76,17 @@ def _divides_heads(config: dict[str, Any], tp: int) -> bool:
     return "kv_lora_rank" in text or (tp % kv == 0 if tp >= kv else kv % tp == 0)
 
 
+def _builds(config: dict[str, Any], tp: int) -> bool:
+    """An independent statement of what model classes split beyond the heads (meta-device builds,
+    vllm/tp_splits.py): gpt-oss gives each rank num_key_value_heads // tp KV heads with no
+    replication; MoonViT (Kimi-K3) splits its MLP when its heads divide TP."""
+    text, vision = config.get("text_config") or config, config.get("vision_config") or {}
+    if config.get("model_type") == "gpt_oss" and text["num_key_value_heads"] % tp:
+        return False
+    heads, mlp = vision.get("vt_num_attention_heads"), vision.get("vt_intermediate_size")
+    return not (heads and mlp and heads % tp == 0 and mlp % tp)
+
+
 @pytest.mark.parametrize("target, draft, method, k, tp, draft_tp", GRID)
 def test_grid_verdicts_follow_the_head_rules_both_ways(target, draft, method, k, tp, draft_tp) -> None:
     """Accepted exactly where the heads divide (a false rejection fails here as surely as a
@@ -83,7 +94,7 @@ def test_grid_verdicts_follow_the_head_rules_both_ways(target, draft, method, k,
     dtp = 1 if draft_tp == "one" else tp
     evaluation = judge(target, draft, method, tp=tp, draft_tp=dtp, k=k)
     draft_config = load_config(draft) if draft else None
-    expected = (target, draft) not in INVALID_PAIRS and _divides_heads(load_config(target), tp) and (
+    expected = (target, draft) not in INVALID_PAIRS and _divides_heads(load_config(target), tp) and _builds(load_config(target), tp) and (
         draft_config is None or _divides_heads(draft_config, built_draft_tp(method_named(method), tp, dtp)))
     assert evaluation.ok == expected, [f.message for f in evaluation.findings if f.severity.value == "error"]
     if evaluation.ok:

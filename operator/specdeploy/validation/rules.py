@@ -6,7 +6,7 @@ Two kinds: `check_pair` (independent of the parallel layout) and `check_layout`
 
 from __future__ import annotations
 
-from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.api.spec import DRAFT_TP_FIELD, PP_FIELD, TP_FIELD, SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, error, info, warning
 from specdeploy.geometry import Geometry, Models
 from specdeploy.validation.speculative_config import FIELD as PASSTHROUGH_FIELD
@@ -18,9 +18,6 @@ from specdeploy.vllm.drafts import (
     draft_architectures,
 )
 
-TP_FIELD = "spec.parallelism.tensorParallelSize"
-PP_FIELD = "spec.parallelism.pipelineParallelSize"
-DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
 
 def divisors_note(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)

@@ -81,9 +81,6 @@ class VllmFacts:
     def is_mla_model_type(self, model_type: str | None) -> bool:
         return model_type in self.mla_model_types
 
-    def is_mtp_model_type(self, model_type: str | None) -> bool:
-        return model_type in self.mtp_model_types
-
     # -- memory defaults (config/cache.py CacheConfig) ------------------------------------------
     @property
     def default_block_size(self) -> int:
@@ -158,9 +155,6 @@ class VllmFacts:
             for spelling in flag.names:
                 out[spelling] = flag
         return out
-
-    def speculative_field_choices(self, key: str) -> tuple[str, ...]:
-        return tuple(self.speculative_fields.get(key, {}).get("choices", ()))
 
     def option_default(self, key: str) -> Any:
         """SpeculativeConfig's default for an option (None when it has none or no such field)."""

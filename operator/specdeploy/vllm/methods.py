@@ -110,6 +110,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            builds_dspark_head=True, exclusive_options=frozenset({"dspark_draft_topk"}),
            adaptive_verification_needs_draft_logits=False),
     Method("ngram", "prompt lookup on the CPU", **_NGRAM_DEFAULTS),  # type: ignore[arg-type]
+    # v1/worker/gpu/spec_decode/ngram/speculator.py NgramGPUSpeculator: the same lookup in a GPU kernel.
+    Method("ngram_gpu", "prompt lookup on the GPU", **_NGRAM_DEFAULTS),  # type: ignore[arg-type]
     Method("medusa", "Medusa heads", "required", keeps_draft_kv_cache=False, draft_model_type="medusa",
            forces_draft_model_type=True),
     Method("mlp_speculator", "an MLPSpeculator", "required", keeps_draft_kv_cache=False,
