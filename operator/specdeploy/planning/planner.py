@@ -192,7 +192,8 @@ class _Layout:
 
 
 def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: int, gpu_gib: float | None,
-                max_model_len: int, rules: LayoutRules, k: int = 0) -> tuple[Candidate, _Layout | None, list[Finding]]:
+                max_model_len: int, rules: LayoutRules, k: int = 0,
+                facts: VllmFacts | None = None) -> tuple[Candidate, _Layout | None, list[Finding]]:
     """Judge one (tp, pp): the candidate record, the layout if it is usable, and the
     findings that rule it out (reported when no candidate is left)."""
     per_node = spec.resources.gpu.per_node
@@ -205,7 +206,7 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: in
     if has_errors(findings):
         reason = "; ".join(f.message for f in findings if f.severity is Severity.ERROR)
         return Candidate(tp, pp, False, reason), None, findings
-    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len, k, facts) if gpu_gib else None
+    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len, k, facts) if gpu_gib and facts else None
     if memory is not None and not memory.fits:
         blocking = error("memory-does-not-fit", "spec.resources.gpu",
                          f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences",
@@ -257,7 +258,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
     chosen: _Layout | None = None
     blocking: list[Finding] = []
     for tp, pp in _candidate_layouts(spec, target):
-        candidate, layout, blocking = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, rules, k)
+        candidate, layout, blocking = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, rules, k, facts)
         candidates.append(candidate)
         if layout is not None:
             chosen = layout
