@@ -15,6 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdeploy.vllm.spec_decode_metrics import ACCEPTED_PER_POSITION, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, POSITION_LABEL
 
 
+# The running-requests gauge: sequences in the engine's batch at the moment of the scrape
+# (vllm/v1/metrics/loggers.py, PrometheusStatLogger), one series per engine.
+RUNNING = "vllm:num_requests_running"
 _TOTALS = frozenset(name + "_total" for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS))
 
 
@@ -90,3 +93,18 @@ def parse_counters(text: str) -> Counters:
         totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS],
         tuple(per_position.get(i, 0.0) for i in range(k)),
     )
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One pod's scrape: its spec-decode counters and each engine's running requests."""
+
+    counters: Counters
+    running: tuple[float, ...]
+
+
+def parse_sample(text: str) -> Sample:
+    """parse_counters plus the running-requests gauge (absent: no load reading)."""
+    counters = parse_counters(text)
+    running = [s.value for family in text_string_to_metric_families(text) for s in family.samples if s.name == RUNNING]
+    return Sample(counters, tuple(running))
