@@ -169,11 +169,14 @@ def batch_grid(max_num_seqs: int) -> list[int]:
 
 
 def advise_by_batch(work: Workload, batches: Sequence[int]) -> list[BatchAdvice]:
-    """Best k per batch size, never rising as the batch grows: each batch's k is capped by the
-    previous (smaller) batch's. The rule rests on the roofline: the time of a T-token pass is a
-    maximum of linear functions of T plus a constant, so the cost of one more verified token
-    per sequence never falls as B grows, while its gain (a_(k+1)) does not depend on B. The cap
-    only removes ties and rounding plateaus the argmax would otherwise flip on."""
+    """Best k per batch size, never rising as the batch grows: each batch's k is at most the
+    previous (smaller) batch's. For a dense target the roofline gives this by itself (a pass's
+    time is a maximum of linear functions of its tokens plus a constant, so one more verified
+    token per sequence never gets cheaper as B grows, while its gain a_(k+1) does not depend on
+    B); the cap makes it a rule where the model alone would let k rise again: an MoE target
+    past the batch that touches every expert, or a parallel drafter amortising its one pass
+    over a larger k. The cap never recommends a k that loses throughput; at worst it leaves such
+    a late gain unused (docs/speculation-under-load.md)."""
     out: list[BatchAdvice] = []
     cap: int | None = None
     for batch in sorted(batches):
@@ -184,17 +187,20 @@ def advise_by_batch(work: Workload, batches: Sequence[int]) -> list[BatchAdvice]
 
 
 def crossover_batch_size(work: Workload) -> int | None:
-    """The smallest batch at which no k pays (speculation is off from there on: the cap of
-    `advise_by_batch`). None when some k pays at every batch up to 2^20 (perfect acceptance)."""
-    if work.best_k(1)[0] == 0:
-        return 1
-    high = 2
-    while work.best_k(high)[0] > 0:
-        if high >= MAX_CROSSOVER_SEARCH:
-            return None
-        high *= 2
-    low = high // 2  # pays at low, not at high
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if work.best_k(mid)[0] > 0 else (low, mid)
-    return high
+    """The smallest batch at which `advise_by_batch` turns speculation off (and keeps it off
+    from there on). None when some k pays at every batch up to 2^20: a step bound by reading
+    the KV cache costs the same for 1 or k+1 query tokens per sequence."""
+    cap: int | None = None
+    batch = 1
+    while batch <= MAX_CROSSOVER_SEARCH:
+        k, _ = work.best_k(batch, cap)
+        if k == 0:
+            if batch == 1:
+                return 1
+            low, high = batch // 2, batch  # pays at low (with k = cap), not at high
+            while high - low > 1:
+                mid = (low + high) // 2
+                low, high = (mid, high) if work.best_k(mid, cap)[0] > 0 else (low, mid)
+            return high
+        cap, batch = k, batch * 2
+    return None
