@@ -351,7 +351,7 @@ def _advise(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from specdeploy.telemetry import analyse, parse_counters
-    from specdeploy.telemetry.load import verdict_at_load
+    from specdeploy.telemetry.load import SCHEDULE_KEY, schedule, verdict_at_load
     from specdeploy.telemetry.report import load_summary, summary
 
     source = args.metrics
@@ -377,6 +377,9 @@ def _advise(args: argparse.Namespace) -> int:
     verdict = analysis.verdict
     report = {"speculationEffective": {"status": verdict.status, "reason": verdict.reason, "message": verdict.message}, **summary(analysis),
               **(load_summary(load, analysis.k) if load is not None else {})}
+    ranges = schedule(load, plan.get("vllmVersion")) if load is not None and plan is not None else None
+    if ranges is not None:
+        report["speculativeConfig"] = {SCHEDULE_KEY: [list(r) for r in ranges]}
 
     def text_report() -> str:
         lines = [f"SpeculationEffective={verdict.status} ({verdict.reason}): {verdict.message}"]
@@ -386,7 +389,7 @@ def _advise(args: argparse.Namespace) -> int:
             for p in analysis.predictions:
                 marks = ("  <- in force" if p.k == analysis.k else "") + ("  <- recommended" if best and p.k == best.k else "")
                 lines.append(f"  {p.k:2d}  {p.expected_tokens:11.3f}  {p.speedup:6.3f}x{' (extrapolated)' if p.extrapolated else ''}{marks}")
-        return "\n".join(lines + (_advise_load_table(load) if load is not None else [])) + "\n"
+        return "\n".join(lines + (_advise_load_table(load) if load is not None else []) + _advise_schedule_text(ranges)) + "\n"
 
     _emit(args.output, report, text_report)
     return EXIT_INVALID if verdict.status == "False" else EXIT_VALID
@@ -444,6 +447,16 @@ def _advise_load_table(load: Any) -> list[str]:
     if load.observed is not None:
         lines.append(f"observed: {load.observed.samples} running-requests reading(s), typical batch {load.observed.typical:g}")
     return lines
+
+
+def _advise_schedule_text(ranges: list[tuple[int, int, int]] | None) -> list[str]:
+    """The opt-in: the table as the release's per-batch-size k, to paste into the CR."""
+    if ranges is None:
+        return []
+    from specdeploy.telemetry.load import SCHEDULE_KEY
+
+    return [f"opt-in (off by default): spec.draft.speculativeConfig.{SCHEDULE_KEY}: {json.dumps([list(r) for r in ranges])}",
+            "  vLLM #49548 (open): with such a schedule an 8-way concurrent run fell from about 232 to 24-157 tok/s; measure before keeping it"]
 
 
 # ---- entry point -------------------------------------------------------------------------------

@@ -101,8 +101,14 @@ def test_advise_with_the_cr_reports_k_by_batch_size_and_the_crossover(tmp_path: 
     assert report["observedLoad"]["typicalBatchSize"] == 700
     assert report["speculationEffective"]["reason"] == "NoSpeedupAtLoad" and out.returncode == 1
     assert "H100-80GB" in report["costModel"]
+    # The opt-in schedule (vLLM 0.32.0 has the key): the same picks as vLLM's ranges, from batch 1 to 1024.
+    ranges = report["speculativeConfig"]["num_speculative_tokens_per_batch_size"]
+    assert ranges[0][0] == 1 and ranges[-1][1] == 1024
+    for row in rows:
+        assert next(k for start, end, k in ranges if start <= row["batchSize"] <= end) == row["recommendedNumSpeculativeTokens"]
     text = run("--metrics", str(metrics), "-f", str(LLAMA_EAGLE3)).stdout
     assert f"crossover: batch {crossover}" in text and "best k" in text
+    assert "opt-in (off by default)" in text and "#49548" in text
 
 
 def test_advise_with_a_cr_without_a_gpu_product_says_the_cost_model_needs_one(tmp_path: Path) -> None:

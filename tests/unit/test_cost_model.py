@@ -205,3 +205,10 @@ def test_property_random_layouts_and_acceptance_keep_every_rule(seed: int) -> No
 def test_the_prior_is_geometric_per_method() -> None:
     assert prior_acceptance("eagle3", 2) == pytest.approx((0.7, 0.49))
     assert prior_acceptance("unknown-method", 1) == pytest.approx((0.5,))
+
+
+def test_the_schedule_is_vllms_inclusive_ranges_from_batch_1_to_max_num_seqs() -> None:
+    from specdeploy.telemetry.cost import BatchAdvice, batch_schedule
+
+    by_batch = [BatchAdvice(1, 5, 3.0), BatchAdvice(2, 5, 3.0), BatchAdvice(4, 3, 2.0), BatchAdvice(8, 0, 1.0)]
+    assert batch_schedule(by_batch, 10) == [(1, 2, 5), (3, 4, 3), (5, 10, 0)]

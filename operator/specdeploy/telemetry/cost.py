@@ -204,3 +204,20 @@ def crossover_batch_size(work: Workload) -> int | None:
             return high
         cap, batch = k, batch * 2
     return None
+
+
+def batch_schedule(by_batch: Sequence[BatchAdvice], max_num_seqs: int) -> list[tuple[int, int, int]]:
+    """byBatchSize as vLLM's (start, end, k) ranges: batch 1 gets its own k, and each range
+    (previous grid batch, this grid batch] the k of its upper end (the smaller, k falling with
+    batch), merged where k repeats; the last range runs to max_num_seqs."""
+    ranges: list[tuple[int, int, int]] = []
+    start = 1
+    for advice in sorted(by_batch, key=lambda a: a.batch_size):
+        if ranges and ranges[-1][2] == advice.k:
+            ranges[-1] = (ranges[-1][0], advice.batch_size, advice.k)
+        else:
+            ranges.append((start, advice.batch_size, advice.k))
+        start = advice.batch_size + 1
+    if ranges and ranges[-1][1] < max_num_seqs:
+        ranges[-1] = (ranges[-1][0], max_num_seqs, ranges[-1][2])
+    return ranges

@@ -11,10 +11,16 @@ from typing import Any, Mapping, Sequence
 from specdeploy.planning.compute import LayoutCompute
 from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
 from specdeploy.telemetry.cost import (BatchAdvice, CostModelError, Hardware, Workload, advise_by_batch, batch_grid,
-                                       crossover_batch_size, prior_acceptance)
+                                       batch_schedule, crossover_batch_size, prior_acceptance)
 from specdeploy.telemetry.model import MAX_EXTRAPOLATED_POSITIONS, MIN_DRAFTS, Analysis, Verdict
+from specdeploy.vllm.versions import rule_set
 
 NO_SPEEDUP_AT_LOAD = "NoSpeedupAtLoad"
+# vLLM's per-batch-size k (vllm/config/speculative.py SpeculativeConfig; ranges checked by
+# v1/spec_decode/dynamic/utils.py: inclusive, sorted, from 1, k >= 0, capped at
+# num_speculative_tokens). Never rendered by default: vLLM #49548 (open) saw an 8-way
+# concurrent run fall from about 232 to 24-157 tok/s with a schedule set.
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,17 @@ class LoadAnalysis:
         layout = self.work.layout
         return (f"roofline of {layout.gpu_product} x TP {layout.tensor_parallel_size} ({self.work.hardware.describe()}), "
                 f"context {self.work.context:.0f} tokens per sequence, acceptance {self.acceptance_source}")
+
+
+def schedule(load: LoadAnalysis, vllm_version: str | None) -> list[tuple[int, int, int]] | None:
+    """byBatchSize as the release's SCHEDULE_KEY value, or None where the release has no such key."""
+    try:
+        fields = rule_set(vllm_version or "").speculative_fields
+    except KeyError:  # a release without a rule set: its keys are not known
+        return None
+    if SCHEDULE_KEY not in fields:
+        return None
+    return batch_schedule(load.by_batch, load.work.layout.max_num_seqs)
 
 
 def workload(analysis: Analysis, plan: Mapping[str, Any], context: float | None = None) -> Workload:
