@@ -79,3 +79,12 @@ def test_a_plan_without_a_gpu_product_cannot_be_timed_and_says_what_to_set() -> 
     analysis = analyse(STRONG, method="eagle3", cost=0.04, k=3)
     with pytest.raises(CostModelError, match="spec.resources.gpu.product"):
         analyse_load(analysis, llama_plan(None), [4])
+
+
+def test_the_context_is_the_finished_requests_mean_prompt_plus_half_their_generation() -> None:
+    counters = parse_sample(NGRAM.read_text()).counters
+    assert counters.requests == 12 and counters.mean_context == pytest.approx((696 + 576 / 2) / 12)
+    load = analyse_load(analyse(counters, method="ngram", cost=0.0), llama_plan(), [])
+    assert load.work.context == pytest.approx(counters.mean_context)
+    assert "mean of the finished requests" in load.source
+    assert "assumed" in analyse_load(analyse(STRONG, method="eagle3", cost=0.04), llama_plan(), []).source

@@ -56,6 +56,7 @@ class LoadAnalysis:
     crossover: int | None
     observed: ObservedLoad | None
     acceptance_source: str
+    context_measured: bool = False
 
     def k_at(self, batch: float) -> int:
         """The model's k at this batch, capped like byBatchSize (never above a smaller batch's)."""
@@ -65,8 +66,9 @@ class LoadAnalysis:
     @property
     def source(self) -> str:
         layout = self.work.layout
+        measured = "mean of the finished requests" if self.context_measured else "assumed: no request finished in the window"
         return (f"roofline of {layout.gpu_product} x TP {layout.tensor_parallel_size} ({self.work.hardware.describe()}), "
-                f"context {self.work.context:.0f} tokens per sequence, acceptance {self.acceptance_source}")
+                f"context {self.work.context:.0f} tokens per sequence ({measured}), acceptance {self.acceptance_source}")
 
 
 def schedule(load: LoadAnalysis, vllm_version: str | None) -> list[tuple[int, int, int]] | None:
@@ -103,14 +105,15 @@ def _acceptance(analysis: Analysis, method: str) -> tuple[float, ...]:
     return prior_acceptance(method, max(1, analysis.k) + MAX_EXTRAPOLATED_POSITIONS)
 
 
-def analyse_load(analysis: Analysis, plan: Mapping[str, Any], batch_sizes: Sequence[float],
-                 context: float | None = None) -> LoadAnalysis:
-    work = workload(analysis, plan, context)
+def analyse_load(analysis: Analysis, plan: Mapping[str, Any], batch_sizes: Sequence[float]) -> LoadAnalysis:
+    """The cost model for this plan at the context the counted requests held (else the default)."""
+    work = workload(analysis, plan, analysis.counters.mean_context)
     measured = analysis.counters.drafts >= MIN_DRAFTS and bool(analysis.predictions)
     source = (f"measured over {analysis.counters.drafts:.0f} drafts" if measured
               else f"the {work.method} prior (a_i = {work.acceptance[0]:.2f}^i) until {MIN_DRAFTS} drafts are counted")
     return LoadAnalysis(work, tuple(advise_by_batch(work, batch_grid(work.layout.max_num_seqs))),
-                        crossover_batch_size(work), ObservedLoad.of(batch_sizes), source)
+                        crossover_batch_size(work), ObservedLoad.of(batch_sizes), source,
+                        analysis.counters.mean_context is not None)
 
 
 def verdict_at_load(analysis: Analysis, load: LoadAnalysis) -> Verdict:
