@@ -132,9 +132,10 @@ def main() -> None:
     parser.add_argument("--measure", choices=RUNS)
     parser.add_argument("--target")
     parser.add_argument("--draft")
+    parser.add_argument("--out", help="with --measure: where to write the run's JSON (vLLM logs to stdout)")
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.measure, args.target, args.draft)))
+        Path(args.out).write_text(json.dumps(measure(args.measure, args.target, args.draft)))
         return
     sys.path.insert(0, str(ROOT))
     from tests.e2e.tiny_models import build_pair
@@ -146,11 +147,12 @@ def main() -> None:
         measured = {}
         for name in RUNS:
             env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-            proc = subprocess.run([sys.executable, __file__, "--measure", name, "--target", str(target), "--draft", str(draft)],
-                                  capture_output=True, text=True, env=env, timeout=900)
+            out = Path(tmp) / f"{name}.json"
+            proc = subprocess.run([sys.executable, __file__, "--measure", name, "--target", str(target), "--draft", str(draft),
+                                   "--out", str(out)], capture_output=True, text=True, env=env, timeout=900)
             if proc.returncode:
                 sys.exit(f"{name}: {proc.stderr[-3000:]}")
-            run = json.loads(proc.stdout.strip().splitlines()[-1])
+            run = json.loads(out.read_text())
             measured[name] = {**run, "tokensPerS": {int(b): v for b, v in run["tokensPerS"].items()}}
         bandwidth, flops = micro_benchmark()
         predicted = predict(measured, target, draft, bandwidth, flops)

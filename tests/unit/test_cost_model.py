@@ -202,9 +202,11 @@ def test_property_random_layouts_and_acceptance_keep_every_rule(seed: int) -> No
                       crossover_required=False)
 
 
-def test_the_prior_is_geometric_per_method() -> None:
-    assert prior_acceptance("eagle3", 2) == pytest.approx((0.7, 0.49))
-    assert prior_acceptance("unknown-method", 1) == pytest.approx((0.5,))
+def test_the_prior_is_geometric_and_follows_how_the_method_drafts() -> None:
+    assert prior_acceptance("eagle3", 2) == pytest.approx((0.7, 0.49))  # a head on the target's hidden states
+    assert prior_acceptance("mtp", 1) == pytest.approx((0.8,))  # the target's own MTP layers
+    assert prior_acceptance("ngram", 1) == pytest.approx((0.4,))  # a lookup
+    assert prior_acceptance("draft_model", 1) == prior_acceptance("unknown-method", 1) == pytest.approx((0.6,))
 
 
 def test_the_schedule_is_vllms_inclusive_ranges_from_batch_1_to_max_num_seqs() -> None:

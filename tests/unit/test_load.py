@@ -12,7 +12,8 @@ from specdeploy.pipeline import ModelInputs, evaluate
 from specdeploy.telemetry import Counters, analyse
 from specdeploy.telemetry.auto_k import decide_k
 from specdeploy.telemetry.cost import CostModelError
-from specdeploy.telemetry.load import NO_SPEEDUP_AT_LOAD, ObservedLoad, analyse_load, verdict_at_load
+from specdeploy.api.conditions import Reason
+from specdeploy.telemetry.load import ObservedLoad, analyse_load, verdict_at_load
 from specdeploy.telemetry.metrics import parse_sample
 from specdeploy.telemetry.window import LoadWindow
 from tests.conftest import load_config
@@ -59,7 +60,7 @@ def test_past_the_crossover_an_effective_draft_is_judged_no_speedup_at_load() ->
     heavy = analyse_load(analysis, llama_plan(), [700, 700, 650])
     assert heavy.crossover is not None and heavy.crossover < 650
     verdict = verdict_at_load(analysis, heavy)
-    assert verdict.status == "False" and verdict.reason == NO_SPEEDUP_AT_LOAD
+    assert verdict.status == "False" and verdict.reason == Reason.NO_SPEEDUP_AT_LOAD
     loss = 1 - heavy.work.speedup(700, 3)
     assert f"{loss:.0%} of the throughput" in verdict.message
 

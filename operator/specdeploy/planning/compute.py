@@ -14,7 +14,7 @@ from specdeploy.geometry import Geometry
 from specdeploy.planning.gpus import GpuProduct
 from specdeploy.planning.kv_cache import model_layer_caches
 from specdeploy.planning.memory import attention_bytes_per_token, estimate_parameters, estimate_weight_bytes, model_dtype_bytes
-from specdeploy.vllm.spec_decode_metrics import LOOKUP_DRAFTERS
+from specdeploy.vllm.methods import Method
 
 # vLLM's --max-num-seqs default for the OpenAI server (vllm/engine/arg_utils.py
 # EngineArgs.get_batch_defaults): 1024 on GPUs of >= 70 GiB other than the A100, else 256.
@@ -105,14 +105,14 @@ def model_compute(model: Geometry, weight_bytes: int, tp: int, kv_cache_dtype: s
     )
 
 
-def layout_compute(method: str, target: Geometry, draft: Geometry | None, weights: tuple[int, int], tp: int,
+def layout_compute(method: Method, target: Geometry, draft: Geometry | None, weights: tuple[int, int], tp: int,
                    draft_tp: int | None, kv_cache_dtype: str, product: GpuProduct | None, max_seqs: int) -> LayoutCompute:
     """The layout's compute block. `weights`: (target, draft) checkpoint bytes as the plan sized them."""
     target_bytes, draft_bytes = weights
     target_compute = model_compute(target, target_bytes, tp, kv_cache_dtype)
-    if draft is None or method in LOOKUP_DRAFTERS:
+    if draft is None or method.drafting == "lookup":
         draft_compute = None
-    elif method == "mtp":  # the target's own MTP layer(s): about one decoder layer a pass
+    elif method.target_mtp_layers:  # about one decoder layer a pass
         draft_compute = _one_layer(target_compute)
     else:
         draft_compute = model_compute(draft, draft_bytes, draft_tp or tp, kv_cache_dtype)

@@ -20,7 +20,7 @@ from typing import Sequence
 from specdeploy.planning.compute import LayoutCompute, ModelCompute
 from specdeploy.planning.gpus import GpuProduct
 from specdeploy.telemetry.model import expected_tokens, geometric_acceptance
-from specdeploy.vllm.spec_decode_metrics import LOOKUP_DRAFTERS, PARALLEL_DRAFTERS
+from specdeploy.vllm.methods import drafting, method_named
 
 # Datasheet peaks are not reached. Streaming kernels read HBM at about 85-90 % of the quoted
 # bandwidth; decode-shaped GEMMs (a few hundred rows) reach about half the dense tensor peak.
@@ -33,10 +33,14 @@ DRAFT_PASS_OVERHEAD_S = 0.1e-3
 # Context each sequence holds while decoding, when the workload's is not known: short chat turns.
 # Longer contexts make the KV read dominate, and speculation then pays at larger batches.
 DEFAULT_CONTEXT_TOKENS = 256
-# Before any traffic: a stated acceptance prior per method, a_i = alpha^i.
-PRIOR_ALPHA = {"eagle3": 0.7, "eagle": 0.6, "mtp": 0.8, "dspark": 0.7, "dflash": 0.7, "draft_model": 0.7,
-               "medusa": 0.5, "mlp_speculator": 0.5, "ngram": 0.4, "suffix": 0.5}
-DEFAULT_PRIOR_ALPHA = 0.5
+# Before any traffic: a stated acceptance prior by how a method drafts, a_i = alpha^i. The
+# target's own MTP layers were trained with it (DeepSeek-V3 reports 85-90 % for the first
+# token); heads on the target's hidden states (EAGLE, DFlash, DSpark) next; separate small
+# models and heads below; lookups lowest, as they propose only where the text repeats.
+PRIOR_ALPHA_TARGET_MTP = 0.8
+PRIOR_ALPHA_HIDDEN_STATES = 0.7
+PRIOR_ALPHA_MODEL = 0.6
+PRIOR_ALPHA_LOOKUP = 0.4
 MAX_CROSSOVER_SEARCH = 1 << 20
 
 
@@ -123,10 +127,11 @@ class Workload:
     def draft_time(self, batch: float, k: int) -> float:
         """k sequential passes of B tokens; one pass of B*k for parallel drafters; ~0 for lookups."""
         draft = self.layout.draft
-        if k == 0 or self.method in LOOKUP_DRAFTERS or draft is None:
+        how = drafting(self.method)
+        if k == 0 or how == "lookup" or draft is None:
             return 0.0
         hw, tp = self.hardware, self.layout.tensor_parallel_size
-        if self.method in PARALLEL_DRAFTERS:
+        if how == "parallel":
             return step_time(draft, hw, tokens=batch * k, sequences=batch, context=self.context, tp=tp,
                              overhead_s=hw.draft_pass_overhead_s)
         return k * step_time(draft, hw, tokens=batch, sequences=batch, context=self.context, tp=tp,
@@ -147,9 +152,21 @@ class Workload:
         return max(options, key=lambda o: (round(o[1], 9), -o[0]))
 
 
+def prior_alpha(method: str) -> float:
+    """The stated prior for how this method drafts (a model's, for a name no release accepts)."""
+    if drafting(method) is None:
+        return PRIOR_ALPHA_MODEL
+    record = method_named(method)
+    if record.drafting == "lookup":
+        return PRIOR_ALPHA_LOOKUP
+    if record.target_mtp_layers:
+        return PRIOR_ALPHA_TARGET_MTP
+    return PRIOR_ALPHA_HIDDEN_STATES if record.use_eagle else PRIOR_ALPHA_MODEL
+
+
 def prior_acceptance(method: str, positions: int) -> tuple[float, ...]:
-    """The stated per-method prior, used before vLLM has counted enough drafts."""
-    return tuple(geometric_acceptance(PRIOR_ALPHA.get(method, DEFAULT_PRIOR_ALPHA), positions))
+    """The stated prior, used before vLLM has counted enough drafts."""
+    return tuple(geometric_acceptance(prior_alpha(method), positions))
 
 
 @dataclass(frozen=True)

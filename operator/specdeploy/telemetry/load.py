@@ -12,10 +12,10 @@ from specdeploy.planning.compute import LayoutCompute
 from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
 from specdeploy.telemetry.cost import (BatchAdvice, CostModelError, Hardware, Workload, advise_by_batch, batch_grid,
                                        batch_schedule, crossover_batch_size, prior_acceptance)
-from specdeploy.telemetry.model import MAX_EXTRAPOLATED_POSITIONS, MIN_DRAFTS, Analysis, Verdict
+from specdeploy.api.conditions import Reason, Verdict
+from specdeploy.telemetry.model import MAX_EXTRAPOLATED_POSITIONS, MIN_DRAFTS, Analysis
 from specdeploy.vllm.versions import rule_set
 
-NO_SPEEDUP_AT_LOAD = "NoSpeedupAtLoad"
 # vLLM's per-batch-size k (vllm/config/speculative.py SpeculativeConfig; ranges checked by
 # v1/spec_decode/dynamic/utils.py: inclusive, sorted, from 1, k >= 0, capped at
 # num_speculative_tokens). Never rendered by default: vLLM #49548 (open) saw an 8-way
@@ -124,7 +124,7 @@ def verdict_at_load(analysis: Analysis, load: LoadAnalysis) -> Verdict:
         return verdict
     batch, k = observed.typical, analysis.k
     loss = 1.0 - load.work.speedup(batch, k)
-    return Verdict("False", NO_SPEEDUP_AT_LOAD,
+    return Verdict("False", Reason.NO_SPEEDUP_AT_LOAD,
                    f"the typical batch, {batch:g} running requests (median of {observed.samples} readings of "
                    f"vllm:num_requests_running), is past the crossover at {crossover}: there k={k} is predicted to cost "
                    f"{loss:.0%} of the throughput serving without speculation would give. {verdict.message}. "
