@@ -137,15 +137,20 @@ def main() -> None:
     parser.add_argument("--target")
     parser.add_argument("--draft")
     parser.add_argument("--out", help="with --measure: where to write the run's JSON (vLLM logs to stdout)")
+    parser.add_argument("--heads", type=int, default=0, help="a wider target than the e2e one: heads x 64 hidden (0: the e2e target)")
+    parser.add_argument("--layers", type=int, default=8, help="with --heads: the target's layers")
     args = parser.parse_args()
     if args.measure:
         Path(args.out).write_text(json.dumps(measure(args.measure, args.target, args.draft)))
         return
     sys.path.insert(0, str(ROOT))
-    from tests.e2e.tiny_models import build_pair
+    from tests.e2e.tiny_models import build_llama, build_pair
 
     with tempfile.TemporaryDirectory() as tmp:
-        target, draft = build_pair(Path(tmp))
+        target, _ = build_pair(Path(tmp))
+        if args.heads:  # per-step overhead then no longer hides the work of a step
+            target = Path(tmp) / "wide-target"
+            build_llama(target, layers=args.layers, heads=args.heads, kv_heads=args.heads)
         draft = target  # the draft model is the target's copy: it accepts what greedy decoding emits
         load_before = os.getloadavg()
         measured = {}

@@ -89,3 +89,9 @@ def test_the_context_is_the_finished_requests_mean_prompt_plus_half_their_genera
     assert load.work.context == pytest.approx(counters.mean_context)
     assert "mean of the finished requests" in load.source
     assert "assumed" in analyse_load(analyse(STRONG, method="eagle3", cost=0.04), llama_plan(), []).source
+
+
+def test_a_plan_written_before_the_compute_block_says_the_next_reconcile_writes_it() -> None:
+    plan = {k: v for k, v in llama_plan().items() if k != "compute"}
+    with pytest.raises(CostModelError, match="no compute block yet"):
+        analyse_load(analyse(STRONG, method="eagle3", cost=0.04, k=3), plan, [4])

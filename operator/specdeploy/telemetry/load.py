@@ -86,7 +86,9 @@ def workload(analysis: Analysis, plan: Mapping[str, Any], context: float | None 
     """The cost model's input for this plan and these counters. Raises CostModelError when the
     plan cannot be timed (no compute block, no GPU product or no datasheet figures for it)."""
     compute = plan.get("compute")
-    if not compute or not compute.get("gpuProduct"):
+    if not compute:
+        raise CostModelError("status.plan has no compute block yet (the next reconcile writes it)")
+    if not compute.get("gpuProduct"):
         raise CostModelError("the plan names no GPU product (spec.resources.gpu.product): the cost model cannot time it")
     try:
         layout = LayoutCompute.from_dict(compute)
@@ -98,8 +100,13 @@ def workload(analysis: Analysis, plan: Mapping[str, Any], context: float | None 
     return replace(work, context=context) if context else work
 
 
+def _measured(analysis: Analysis) -> bool:
+    return analysis.counters.drafts >= MIN_DRAFTS and bool(analysis.predictions)
+
+
 def _acceptance(analysis: Analysis, method: str) -> tuple[float, ...]:
-    if analysis.counters.drafts >= MIN_DRAFTS and analysis.predictions:
+    """The measured per-position acceptance (with its extrapolated positions), else the prior."""
+    if _measured(analysis):
         tokens = [1.0] + [p.expected_tokens for p in analysis.predictions]
         return tuple(b - a for a, b in zip(tokens, tokens[1:]))
     return prior_acceptance(method, max(1, analysis.k) + MAX_EXTRAPOLATED_POSITIONS)
@@ -108,8 +115,7 @@ def _acceptance(analysis: Analysis, method: str) -> tuple[float, ...]:
 def analyse_load(analysis: Analysis, plan: Mapping[str, Any], batch_sizes: Sequence[float]) -> LoadAnalysis:
     """The cost model for this plan at the context the counted requests held (else the default)."""
     work = workload(analysis, plan, analysis.counters.mean_context)
-    measured = analysis.counters.drafts >= MIN_DRAFTS and bool(analysis.predictions)
-    source = (f"measured over {analysis.counters.drafts:.0f} drafts" if measured
+    source = (f"measured over {analysis.counters.drafts:.0f} drafts" if _measured(analysis)
               else f"the {work.method} prior (a_i = {work.acceptance[0]:.2f}^i) until {MIN_DRAFTS} drafts are counted")
     return LoadAnalysis(work, tuple(advise_by_batch(work, batch_grid(work.layout.max_num_seqs))),
                         crossover_batch_size(work), ObservedLoad.of(batch_sizes), source,
@@ -123,7 +129,7 @@ def verdict_at_load(analysis: Analysis, load: LoadAnalysis) -> Verdict:
     if verdict.status != "True" or observed is None or crossover is None or observed.typical < crossover:
         return verdict
     batch, k = observed.typical, analysis.k
-    loss = 1.0 - load.work.speedup(batch, k)
+    loss = max(0.0, 1.0 - load.work.speedup(batch, k))
     return Verdict("False", Reason.NO_SPEEDUP_AT_LOAD,
                    f"the typical batch, {batch:g} running requests (median of {observed.samples} readings of "
                    f"vllm:num_requests_running), is past the crossover at {crossover}: there k={k} is predicted to cost "
