@@ -95,3 +95,15 @@ def test_a_plan_written_before_the_compute_block_says_the_next_reconcile_writes_
     plan = {k: v for k, v in llama_plan().items() if k != "compute"}
     with pytest.raises(CostModelError, match="no compute block yet"):
         analyse_load(analyse(STRONG, method="eagle3", cost=0.04, k=3), plan, [4])
+
+
+def test_absurd_gauges_and_max_num_seqs_still_fit_the_status_schema() -> None:
+    from specdeploy.api.status import SpeculationStatus
+    from specdeploy.telemetry.cost import batch_grid
+    from specdeploy.telemetry.report import load_summary
+
+    assert len(batch_grid(10**12)) == 21
+    analysis = analyse(STRONG, method="eagle3", cost=0.04, k=3)
+    load = analyse_load(analysis, llama_plan(), [1e300, 3])
+    SpeculationStatus.model_validate({"drafts": 1, "draftTokens": 1, "acceptedTokens": 1, "window": "60s",
+                                      "observedAt": "2026-01-01T00:00:00Z", **load_summary(load, 3)})

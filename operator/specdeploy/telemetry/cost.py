@@ -177,9 +177,9 @@ class BatchAdvice:
 
 
 def batch_grid(max_num_seqs: int) -> list[int]:
-    """Powers of two up to the serving's max sequences."""
+    """Powers of two up to the serving's max sequences (at most 2^20: status keeps 32 rows)."""
     out, b = [], 1
-    while b <= max(1, max_num_seqs):
+    while b <= min(max(1, max_num_seqs), MAX_CROSSOVER_SEARCH):
         out.append(b)
         b *= 2
     return out

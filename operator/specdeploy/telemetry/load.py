@@ -10,8 +10,8 @@ from typing import Any, Mapping, Sequence
 
 from specdeploy.planning.compute import LayoutCompute
 from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
-from specdeploy.telemetry.cost import (BatchAdvice, CostModelError, Hardware, Workload, advise_by_batch, batch_grid,
-                                       batch_schedule, crossover_batch_size, prior_acceptance)
+from specdeploy.telemetry.cost import (MAX_CROSSOVER_SEARCH, BatchAdvice, CostModelError, Hardware, Workload, advise_by_batch,
+                                       batch_grid, batch_schedule, crossover_batch_size, prior_acceptance)
 from specdeploy.api.conditions import Reason, Verdict
 from specdeploy.telemetry.model import MAX_EXTRAPOLATED_POSITIONS, MIN_DRAFTS, Analysis
 from specdeploy.vllm.versions import rule_set
@@ -37,7 +37,7 @@ class ObservedLoad:
     def of(cls, batch_sizes: Sequence[float]) -> "ObservedLoad | None":
         if not batch_sizes:
             return None
-        ordered = sorted(batch_sizes)
+        ordered = sorted(min(value, MAX_CROSSOVER_SEARCH) for value in batch_sizes)  # no engine runs 2^20 sequences
         buckets: dict[int, int] = {}
         for value in ordered:
             bucket = 1
