@@ -56,6 +56,10 @@ class KubeTemporaryError(kopf.TemporaryError):
         self.status = status
 
 
+class NotLeading(KubeTemporaryError):
+    """A write refused before it was sent: leadership was lost (or never held)."""
+
+
 class KubePermanentError(kopf.PermanentError):
     """The API server refused the request for good (400/422: the body is wrong)."""
 
@@ -102,8 +106,11 @@ class Kube:
     Coroutines: call them on the loop the client was first used on (kopf's)."""
 
     def __init__(self, configuration: Configuration, *, read_secrets: bool = False,
-                 on_response: Callable[[str, str, int], None] | None = None):
+                 on_response: Callable[[str, str, int], None] | None = None,
+                 may_write: Callable[[], bool] | None = None):
         self.configuration = configuration
+        # The fence (controller/leader.py Leadership.holds): asked before every write; None: always.
+        self.may_write = may_write
         self.read_secrets = read_secrets
         self.on_response = on_response  # (method, kind, HTTP status): the metrics hook
         self.timeout = request_timeout()
@@ -200,6 +207,8 @@ class Kube:
         if not allows(kind.api_group, resource, verb, with_secrets=self.read_secrets):
             raise AssertionError(f"{verb} {kind.api_group or 'core'}/{resource} is not in PERMISSIONS")
         where = f"{kind_name} {namespace}/{name or (body or {}).get('metadata', {}).get('name')}"
+        if method != "GET" and self.may_write is not None and not self.may_write():
+            raise NotLeading(f"{method} {where}: refused, this replica does not hold the Lease")
         connect, read = self.timeout
         if timeout is not None:
             connect, read = min(connect, timeout), min(read, timeout)
