@@ -1,0 +1,58 @@
+"""The webhook's certificate as cert-manager delivers it: through the Secret's volume, possibly
+after the pod started, and renewed in place. The shipped process (the chart's args and env)
+waits for it without failing its liveness probe, then serves each new certificate to new
+connections without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+from pathlib import Path
+from typing import Any
+
+from .chart_process import ChartPod, deployment_container, render, self_signed
+from .conftest import eventually
+
+START_S = 90  # an operator process importing under load
+VALUES = ("replicas=1", "watchNamespaces={ns1}", "webhook.enabled=true", "webhook.certManager.enabled=true")
+
+
+def _served(port: int) -> bytes | None:
+    try:
+        return ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate(("127.0.0.1", port), timeout=5))
+    except OSError:
+        return None
+
+
+def _on_disk(directory: Path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert((directory / "tls.crt").read_text())
+
+
+def _install(source: Path, volume: Path) -> None:
+    """As the kubelet updates a Secret's volume: both files replaced at once (a rename)."""
+    staging = volume.parent / f"{volume.name}.new"
+    staging.mkdir()
+    for name in ("tls.crt", "tls.key"):
+        (staging / name).write_bytes((source / name).read_bytes())
+        os.replace(staging / name, volume / name)
+    staging.rmdir()
+
+
+async def test_the_certificate_is_awaited_then_reloaded_when_renewed(emulator: Any, tmp_path: Path) -> None:
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    first, renewed = self_signed(tmp_path / "first"), self_signed(tmp_path / "renewed")
+    pod = ChartPod("solo", deployment_container(render(*VALUES)), Path(os.environ["KUBECONFIG"]), tls_dir=volume,
+                   log_dir=tmp_path, extra_env={"SPECDEPLOY_WEBHOOK_CERT_CHECK_S": "0.2"}).start()
+    try:
+        await eventually(lambda: pod.probe("readinessProbe") == 200, timeout=START_S, what="ready without a certificate")
+        assert pod.probe("livenessProbe") == 200
+        assert _served(pod.ports["webhook"]) is None  # nothing to serve yet, and nothing crashed
+        _install(first, volume)
+        await eventually(lambda: _served(pod.ports["webhook"]) == _on_disk(first), timeout=START_S, what="the first served")
+        _install(renewed, volume)
+        await eventually(lambda: _served(pod.ports["webhook"]) == _on_disk(renewed), timeout=START_S, what="the renewal served")
+        assert pod.proc is not None and pod.proc.poll() is None  # the same process: no restart
+    finally:
+        await asyncio.to_thread(pod.kill)
