@@ -6,7 +6,9 @@ connections without a restart."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
+import socket
 import ssl
 from pathlib import Path
 from typing import Any
@@ -56,3 +58,42 @@ async def test_the_certificate_is_awaited_then_reloaded_when_renewed(emulator: A
         assert pod.proc is not None and pod.proc.poll() is None  # the same process: no restart
     finally:
         await asyncio.to_thread(pod.kill)
+
+
+async def test_without_cert_manager_the_leader_keeps_the_certificate_and_the_ca_bundle(emulator: Any, cluster: Any,
+                                                                                        tmp_path: Path) -> None:
+    """The chart's default webhook (no cert-manager): the operator issues the Secret and fills
+    the caBundle; the API server, trusting that caBundle, accepts what the webhook serves for
+    the Service's DNS name once the kubelet has put the Secret in the volume."""
+    objects = render("replicas=1", "watchNamespaces={ns1}", "webhook.enabled=true")
+    (configuration,) = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
+    response = await emulator.post("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", json=configuration)
+    assert response.status in (200, 201), await response.text()
+    container = deployment_container(objects)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    pod = ChartPod("solo", container, Path(os.environ["KUBECONFIG"]), tls_dir=volume, log_dir=tmp_path,
+                   extra_env={"SPECDEPLOY_WEBHOOK_CERT_CHECK_S": "0.2"}).start()
+    try:
+        secret = await eventually(lambda: cluster.get("v1/secrets", env["SPECDEPLOY_WEBHOOK_SECRET"]), timeout=START_S,
+                                  what="the Secret issued")
+        name = configuration["metadata"]["name"]
+        ca_bundle = await eventually(
+            lambda: emulator.objects["admissionregistration.k8s.io/v1/validatingwebhookconfigurations", None, name]
+            .raw["webhooks"][0]["clientConfig"].get("caBundle"), timeout=START_S, what="the caBundle set")
+        for key in ("tls.crt", "tls.key"):  # the kubelet's part
+            (volume / key).write_bytes(base64.b64decode(secret["data"][key]))
+        trusted = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
+        host = f"{env['SPECDEPLOY_WEBHOOK_SERVICE']}.ns1.svc"
+        await eventually(lambda: _handshake(pod.ports["webhook"], trusted, host), timeout=START_S, what="a trusted handshake")
+    finally:
+        await asyncio.to_thread(pod.kill)
+
+
+def _handshake(port: int, context: ssl.SSLContext, host: str) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, context.wrap_socket(raw, server_hostname=host):
+            return True
+    except ConnectionRefusedError:
+        return False

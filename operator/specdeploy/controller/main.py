@@ -30,7 +30,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
-from specdeploy.controller import LOG_FORMATS, env, leader, telemetry, webhook
+from specdeploy.controller import LOG_FORMATS, certificates, env, leader, telemetry, webhook
 from specdeploy.controller.attempt import reconcile_once, utc_now as _now
 from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration, request_timeout
@@ -78,7 +78,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.budget_s = reconcile_budget()
     leadership: leader.Leadership | None = getattr(memo, "leadership", None)
     memo.kube = Kube(load_configuration(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true",
-                     on_response=METRICS.on_response, may_write=None if leadership is None else leadership.holds)
+                     on_response=METRICS.on_response, may_write=None if leadership is None else leadership.holds,
+                     keeps_webhook_certificate=certificates.Placement.from_env() is not None)
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
     memo.desired, memo.configs, memo.evaluations = memory.desired, memory.configs, memory.evaluations
     memo.offload, memo.slots, memo.status = memory.offload, memory.slots, memory.status
@@ -235,6 +236,22 @@ class _QuietWatchHandlers(logging.Filter):
 
 
 telemetry.register(registry)
+
+
+@kopf.on.startup(registry=registry)
+async def keep_webhook_certificate(memo: kopf.Memo, **_: Any) -> None:
+    """The leader keeps the webhook's certificate and caBundle when the chart asks it to
+    (no cert-manager): controller/certificates.py."""
+    where = certificates.Placement.from_env()
+    if where is not None:
+        memo.certificate_task = asyncio.create_task(certificates.keep(memo.kube, where), name="specdeploy-webhook-certificate")
+
+
+@kopf.on.cleanup(registry=registry)
+async def stop_keeping_webhook_certificate(memo: kopf.Memo, **_: Any) -> None:
+    task = getattr(memo, "certificate_task", None)
+    if task is not None:
+        task.cancel()
 
 # -- the front: what every replica serves, leader or standby ---------------------------------
 # kopf's liveness endpoint and the validating webhook: validation needs no leadership, so the
