@@ -19,7 +19,6 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 from aiohttp import web

@@ -24,7 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Callable
 
 from kubernetes import client as k8s_client
 from kubernetes.client.rest import ApiException
@@ -108,10 +108,13 @@ class Elector:
     """Acquires, renews and releases the Lease for one identity (calls bounded by the retry
     period, so none outlives the renew deadline by much)."""
 
-    def __init__(self, api: k8s_client.CoordinationV1Api, namespace: str, who: str, timing: Timing) -> None:
-        self.api, self.namespace, self.identity, self.timing = api, namespace, who, timing
-        self.leadership = Leadership(timing.renew_deadline)
+    def __init__(self, api: k8s_client.CoordinationV1Api, namespace: str, who: str, timing: Timing,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.api, self.namespace, self.identity, self.timing, self.clock = api, namespace, who, timing, clock
+        self.leadership = Leadership(timing.renew_deadline, clock)
         self._seen: tuple[str | None, float] = (None, 0.0)  # (resourceVersion, first seen at)
+        self._lock = threading.Lock()  # one Lease call at a time: a renewal never follows the release
+        self._released = False
 
     def acquire(self, stop: threading.Event) -> bool:
         """Block until this replica holds the Lease (True) or `stop` is set (False)."""
@@ -130,7 +133,11 @@ class Elector:
             self.try_acquire_or_renew()
 
     def try_acquire_or_renew(self) -> bool:
-        started = time.monotonic()
+        with self._lock:
+            return not self._released and self._try_acquire_or_renew()
+
+    def _try_acquire_or_renew(self) -> bool:
+        started = self.clock()
         try:
             lease = self.api.read_namespaced_lease(LEASE_NAME, self.namespace, _request_timeout=self._timeout())
         except ApiException as exc:
@@ -184,10 +191,19 @@ class Elector:
 
     def release(self) -> None:
         """Give the Lease up (as client-go's ReleaseOnCancel): a standby takes it at its next retry."""
-        self.leadership.give_up()
-        body: dict[str, Any] = {"spec": {"holderIdentity": "", "leaseDurationSeconds": 1,
-                                         "renewTime": datetime.now(timezone.utc).isoformat()}}
+        with self._lock:
+            self._released = True
+            self.leadership.give_up()
+            self._give_up_the_lease()
+
+    def _give_up_the_lease(self) -> None:
+        """Clear the holder if it is still us (the resourceVersion read is the precondition)."""
         try:
+            lease = self.api.read_namespaced_lease(LEASE_NAME, self.namespace, _request_timeout=self._timeout())
+            if (lease.spec.holder_identity if lease.spec else None) != self.identity:
+                return
+            body = {"metadata": {"resourceVersion": lease.metadata.resource_version},
+                    "spec": {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": datetime.now(timezone.utc).isoformat()}}
             self.api.patch_namespaced_lease(LEASE_NAME, self.namespace, body, _request_timeout=self._timeout())
             logger.info("Released the Lease %s/%s", self.namespace, LEASE_NAME)
         except Exception as exc:  # the standby waits out the lease instead
