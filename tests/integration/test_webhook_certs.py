@@ -48,11 +48,12 @@ async def test_the_certificate_is_awaited_then_reloaded_when_renewed(emulator: A
     pod = ChartPod("solo", deployment_container(render(*VALUES)), Path(os.environ["KUBECONFIG"]), tls_dir=volume,
                    log_dir=tmp_path, extra_env={"SPECDEPLOY_WEBHOOK_CERT_CHECK_S": "0.2"}).start()
     try:
-        await eventually(lambda: pod.probe("readinessProbe") == 200, timeout=START_S, what="ready without a certificate")
-        assert pod.probe("livenessProbe") == 200
-        assert _served(pod.ports["webhook"]) is None  # nothing to serve yet, and nothing crashed
+        await eventually(lambda: pod.probe("livenessProbe") == 200, timeout=START_S, what="alive without a certificate")
+        # Not Ready until its webhook listens: the Service sends admissions only where one answers.
+        assert pod.probe("readinessProbe") == 503 and _served(pod.ports["webhook"]) is None
         _install(first, volume)
         await eventually(lambda: _served(pod.ports["webhook"]) == _on_disk(first), timeout=START_S, what="the first served")
+        await eventually(lambda: pod.probe("readinessProbe") == 200, timeout=START_S, what="ready once serving")
         _install(renewed, volume)
         await eventually(lambda: _served(pod.ports["webhook"]) == _on_disk(renewed), timeout=START_S, what="the renewal served")
         assert pod.proc is not None and pod.proc.poll() is None  # the same process: no restart

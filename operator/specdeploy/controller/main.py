@@ -317,6 +317,7 @@ def run(
     scope = _Scope(tuple(namespaces), all_namespaces)
     stop = stop_flag or threading.Event()
     port = METRICS_PORT.get_int()
+    METRICS.webhook_serving = webhook.SERVING if webhook.enabled() else None
     server = METRICS.serve(port) if port else None
     restore_signals = _stop_on_signals(stop)
     front_thread = _kopf_thread("specdeploy-front", front, scope, stop, liveness_endpoint=liveness, ready_flag=METRICS.ready)

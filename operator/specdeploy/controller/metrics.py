@@ -3,7 +3,8 @@
 `/metrics` (prometheus_client's exposition): reconciles by result, reconcile duration, API
 responses with an error status by verb, kind and code, and two gauges computed at scrape time
 from what the reconciles last saw: CRs by Ready status, and current findings by code and
-severity. `/readyz`: 200 once the replica serves (leader or standby: both serve the webhook, and a standby
+severity. `/readyz`: 200 once the replica serves, its webhook too when it is on (leader or standby: both
+serve the webhook, and a standby
 that is not Ready would stall every rolling update), else 503; its body says "leader" or
 "standby". `/leader`: 200 on the leader, 503 on a standby (for a Service or a person that
 wants the leader only); `specdeploy_leader` the same as a gauge.
@@ -82,15 +83,19 @@ class Metrics:
         self.registry.register(self.state)  # type: ignore[arg-type]
         self.ready = threading.Event()
         self.leading = threading.Event()  # this replica runs the controller (holds the Lease)
+        self.webhook_serving: threading.Event | None = None  # with the webhook on, Ready waits for it
         self.registry.register(_LeaderCollector(self.leading))  # type: ignore[arg-type]
 
     def on_response(self, method: str, kind: str, status: int) -> None:
         if status >= 400 and not (status == 404 and method == "GET"):
             self.api_errors.labels(method, kind, str(status)).inc()
 
+    def is_ready(self) -> bool:
+        return self.ready.is_set() and (self.webhook_serving is None or self.webhook_serving.is_set())
+
     def readiness(self) -> bytes:
-        """Ready (serving the webhook) as leader or as standby: the body tells which."""
-        if not self.ready.is_set():
+        """Ready (serving, the webhook too when it is on) as leader or as standby: the body tells which."""
+        if not self.is_ready():
             return b"starting\n"
         return b"ok: leader\n" if self.leading.is_set() else b"ok: standby\n"
 
@@ -105,7 +110,7 @@ class Metrics:
                 if self.path.split("?")[0] == "/metrics":
                     body, code, kind = generate_latest(metrics.registry), 200, CONTENT_TYPE_LATEST
                 elif self.path.split("?")[0] in ("/readyz", "/healthz"):
-                    body, code, kind = metrics.readiness(), (200 if metrics.ready.is_set() else 503), "text/plain"
+                    body, code, kind = metrics.readiness(), (200 if metrics.is_ready() else 503), "text/plain"
                 elif self.path.split("?")[0] == "/leader":
                     leading = metrics.leading.is_set()
                     body, code, kind = (b"leader\n" if leading else b"standby\n"), (200 if leading else 503), "text/plain"

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import ssl
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +142,10 @@ def server_from_env() -> Any:
 CERT_CHECK_S = Number("SPECDEPLOY_WEBHOOK_CERT_CHECK_S", 10.0, minimum=0, exclusive=True)
 
 
+# Set while this replica's webhook server listens (readiness waits for it: controller/metrics.py).
+SERVING = threading.Event()
+
+
 class ReloadingWebhookServer:
     """kopf's `WebhookServer` over an SSL context whose certificate is loaded again when
     tls.crt or tls.key change on disk (a renewal that does not roll the pods). New connections
@@ -169,9 +174,11 @@ class ReloadingWebhookServer:
                                     certfile=str(self.certfile), pkeyfile=str(self.pkeyfile))
         watcher = asyncio.create_task(self._reload_on_change(context, served), name="specdeploy-webhook-cert")
         try:
-            async for client_config in server(fn):
+            async for client_config in server(fn):  # the first comes once the socket listens
+                SERVING.set()
                 yield client_config
         finally:
+            SERVING.clear()
             watcher.cancel()
 
     async def _reload_on_change(self, context: ssl.SSLContext, served: tuple[bytes, bytes]) -> None:
