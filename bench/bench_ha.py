@@ -71,7 +71,7 @@ async def _handover(emulator: Any, kubeconfig: Path, logs: Path, sig: signal.Sig
         pods[0].start()
         await _until(lambda: _holder(emulator).startswith(pods[0].name + "-"))
         pods[1].start()
-        await _until(lambda: pods[1].probe("readinessProbe") == 200)
+        await pods[1].until_probe("readinessProbe", timeout=300)
         await emulator.post(SD_PATH, json=doc)
         await _until(lambda: _generation(emulator, name) == 1)
         stopped = time.monotonic()
@@ -95,7 +95,7 @@ async def _soak(emulator: Any, kubeconfig: Path, logs: Path, seconds: float) -> 
         pods[0].start()
         await _until(lambda: _holder(emulator).startswith("soak-a-"))
         pods[1].start()
-        await _until(lambda: pods[1].probe("readinessProbe") == 200)
+        await pods[1].until_probe("readinessProbe", timeout=300)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             answers.append(await asyncio.to_thread(pods[1].probe, "livenessProbe"))

@@ -4,8 +4,10 @@ ports moved to free ones (two replicas share this machine's loopback). Signals a
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
+import time
 import signal
 import socket
 import ssl
@@ -24,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specdeploy"
 RELEASE, NAMESPACE = "sd", "ns1"
 # A short lease keeps the tests quick; the chart's default is leader.LEASE_DURATION.
-TEST_ENV = {"SPECDEPLOY_LEASE_DURATION_S": "4", "HF_HUB_OFFLINE": "1", "SPECDEPLOY_BACKOFF_SCALE": "0.05"}
+TEST_ENV = {"SPECDEPLOY_LEASE_DURATION_S": "6", "HF_HUB_OFFLINE": "1", "SPECDEPLOY_BACKOFF_SCALE": "0.05"}
 
 
 @cache
@@ -108,6 +110,17 @@ class ChartPod:
         spec = self.container[which]["httpGet"]
         timeout = self.container[which].get("timeoutSeconds", 1)
         return http_get(self.ports[spec["port"]], spec["path"], timeout=timeout)
+
+    async def probed(self, which: str) -> int:
+        """`probe` off the event loop: the emulator serves from that loop, and a probe that
+        waits on a busy process must not stall the API server the operators renew against."""
+        return await asyncio.to_thread(self.probe, which)
+
+    async def until_probe(self, which: str, status: int = 200, *, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while (last := await self.probed(which)) != status:
+            assert time.monotonic() < deadline, f"{self.name}: {which} answered {last}, not {status}"
+            await asyncio.sleep(0.1)
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None

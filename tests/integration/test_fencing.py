@@ -88,7 +88,7 @@ async def test_a_cut_off_leader_stops_writing_before_the_standby_starts(emulator
     a, proxy_a = await behind_proxies("a")
     await eventually(lambda: _holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
     b, proxy_b = await behind_proxies("b")
-    await eventually(lambda: b.probe("readinessProbe") == 200, timeout=START_S, what="the standby ready")
+    await b.until_probe("readinessProbe", timeout=START_S)
     await cluster.create(with_identity(LLAMA, f"uid-{mode}"))
     await eventually(lambda: cluster.condition(NAME, "Planned").get("status") == "True", timeout=START_S, what="Planned by a")
 

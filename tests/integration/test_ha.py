@@ -1,7 +1,7 @@
 """Two replicas as the chart runs them (its args, env and probes; `chart_process.py`) against the
 emulator: the standby is alive to its liveness probe and serves the webhook, every admission
 gets a verdict from either replica, SIGTERM stops each mode at once and hands the Lease over.
-The lease is shortened to 4 s (SPECDEPLOY_LEASE_DURATION_S); every wait is on an event, bounded
+The lease is shortened to 6 s (SPECDEPLOY_LEASE_DURATION_S); every wait is on an event, bounded
 by what the kubelet would allow (its 30 s termination grace) or by start-up under load."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ async def test_sigterm_stops_a_single_replica_with_the_chart_flags(emulator: Any
     """replicas: 1 (no election): kopf and every thread stop; exit 0 before the kubelet's SIGKILL."""
     pod = pods("solo", "replicas=1", "watchNamespaces={ns1}")
     await _controlling(cluster, "uid-solo")
-    assert pod.probe("livenessProbe") == 200
+    assert await pod.probed("livenessProbe") == 200
     pod.signal(signal.SIGTERM)
     assert await _exited(pod) == 0
 
@@ -72,12 +72,12 @@ async def test_the_standby_is_alive_serves_and_takes_over_on_sigterm(emulator: A
     a = pods("a")
     await eventually(lambda: _holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
     b = pods("b")
-    await eventually(lambda: b.probe("readinessProbe") == 200, timeout=START_S, what="the standby ready")
+    await b.until_probe("readinessProbe", timeout=START_S)
     await _controlling(cluster, "uid-ha")
     # Alive to the kubelet: more consecutive probes than its failureThreshold (the 5-minute
     # soak at the chart's period is bench/bench_ha.py).
     for _ in range(b.container["livenessProbe"]["failureThreshold"] + 1):
-        assert b.probe("livenessProbe") == 200
+        assert await b.probed("livenessProbe") == 200
         await asyncio.sleep(1)
     assert (await _leader_page(a), await _leader_page(b)) == (200, 503)  # readiness tells them apart
     assert _holder(cluster).startswith("a-")  # the standby did not take over
@@ -107,7 +107,7 @@ async def test_every_admission_through_the_service_is_judged(emulator: Any, clus
     await eventually(lambda: _holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
     b = pods("b")
     for pod in (a, b):
-        await eventually(lambda: pod.probe("readinessProbe") == 200, timeout=START_S, what=f"{pod.name} ready")
+        await pod.until_probe("readinessProbe", timeout=START_S)
     valid = with_identity(example("qwen3-8b-ngram.yaml"), "uid-valid")
     invalid = with_identity(example("qwen3-8b-ngram.yaml"), "uid-invalid")
     invalid["spec"]["draft"]["numSpeculativeTokens"] = 0

@@ -10,6 +10,7 @@ import base64
 import os
 import socket
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,14 @@ from .conftest import eventually
 
 START_S = 90  # an operator process importing under load
 VALUES = ("replicas=1", "watchNamespaces={ns1}", "webhook.enabled=true", "webhook.certManager.enabled=true")
+
+
+async def _off_loop(check: Any, what: str) -> None:
+    """Wait for a blocking check in a thread: the emulator serves from this loop."""
+    deadline = time.monotonic() + START_S
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
 
 
 def _served(port: int) -> bytes | None:
@@ -48,14 +57,14 @@ async def test_the_certificate_is_awaited_then_reloaded_when_renewed(emulator: A
     pod = ChartPod("solo", deployment_container(render(*VALUES)), Path(os.environ["KUBECONFIG"]), tls_dir=volume,
                    log_dir=tmp_path, extra_env={"SPECDEPLOY_WEBHOOK_CERT_CHECK_S": "0.2"}).start()
     try:
-        await eventually(lambda: pod.probe("livenessProbe") == 200, timeout=START_S, what="alive without a certificate")
+        await pod.until_probe("livenessProbe", timeout=START_S)
         # Not Ready until its webhook listens: the Service sends admissions only where one answers.
-        assert pod.probe("readinessProbe") == 503 and _served(pod.ports["webhook"]) is None
+        assert await pod.probed("readinessProbe") == 503 and await asyncio.to_thread(_served, pod.ports["webhook"]) is None
         _install(first, volume)
-        await eventually(lambda: _served(pod.ports["webhook"]) == _on_disk(first), timeout=START_S, what="the first served")
-        await eventually(lambda: pod.probe("readinessProbe") == 200, timeout=START_S, what="ready once serving")
+        await _off_loop(lambda: _served(pod.ports["webhook"]) == _on_disk(first), "the first served")
+        await pod.until_probe("readinessProbe", timeout=START_S)
         _install(renewed, volume)
-        await eventually(lambda: _served(pod.ports["webhook"]) == _on_disk(renewed), timeout=START_S, what="the renewal served")
+        await _off_loop(lambda: _served(pod.ports["webhook"]) == _on_disk(renewed), "the renewal served")
         assert pod.proc is not None and pod.proc.poll() is None  # the same process: no restart
     finally:
         await asyncio.to_thread(pod.kill)
@@ -87,7 +96,7 @@ async def test_without_cert_manager_the_leader_keeps_the_certificate_and_the_ca_
             (volume / key).write_bytes(base64.b64decode(secret["data"][key]))
         trusted = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
         host = f"{env['SPECDEPLOY_WEBHOOK_SERVICE']}.ns1.svc"
-        await eventually(lambda: _handshake(pod.ports["webhook"], trusted, host), timeout=START_S, what="a trusted handshake")
+        await _off_loop(lambda: _handshake(pod.ports["webhook"], trusted, host), "a trusted handshake")
     finally:
         await asyncio.to_thread(pod.kill)
 

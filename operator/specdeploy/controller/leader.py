@@ -210,7 +210,10 @@ class Elector:
             logger.warning("Could not release the Lease: %s", getattr(exc, "status", type(exc).__name__))
 
     def _timeout(self) -> tuple[float, float]:
-        return (self.timing.retry_period, self.timing.retry_period)
+        """A slow API server still renews: a call may take until the renew deadline (the
+        watchdog acts then, whatever the call is doing), at least one retry period."""
+        limit = max(self.timing.retry_period, min(self.leadership.remaining(), self.timing.renew_deadline))
+        return (limit, limit)
 
 
 def watchdog(leadership: Leadership, stop: threading.Event, on_lost: Callable[[], None]) -> threading.Thread:
