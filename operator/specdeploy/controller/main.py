@@ -107,9 +107,12 @@ def _warm_up() -> None:
 
 
 def _api_client() -> k8s_client.ApiClient:
-    """The official synchronous client: only leader election uses it, in its own thread,
-    before and beside kopf's loop (the `leaderelection` module is written for it)."""
-    return k8s_client.ApiClient(load_configuration())
+    """The official synchronous client: only leader election uses it, in its own threads,
+    beside kopf's loops. No hidden retries (urllib3 retries a GET 3 times by default): each
+    Lease call ends within the timeout the elector gives it, before the renew deadline."""
+    configuration = load_configuration()
+    configuration.retries = 0
+    return k8s_client.ApiClient(configuration)
 
 
 @kopf.on.login(registry=registry)
