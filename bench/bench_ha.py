@@ -7,7 +7,7 @@ Deployment's rendered args and env, the chart's default 12 s lease) on the emula
 - soak (`--soak-s`, 300 for the issue's five minutes): the standby's liveness probe at the
   chart's livenessProbe.periodSeconds for that long; every probe must answer 200.
 
-Usage: python bench/bench_ha.py [--runs 3] [--soak-s 0]. Prints one JSON line;
+Usage: python bench/bench_ha.py [--runs 3] [--soak-s 0] (--runs 0: the soak alone). Prints one JSON line;
 bench/RESULTS.md records runs on the project's 2-core machine."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ async def main(runs: int, soak_s: float) -> dict[str, Any]:
             register_resources(emulator)
             kubeconfig = write_kubeconfig(f"http://127.0.0.1:{port}", Path(tmp) / "kubeconfig")
             out: dict[str, Any] = {"lease_duration_s": LEASE_DURATION.default}
-            for sig in (signal.SIGTERM, signal.SIGKILL):
+            for sig in (signal.SIGTERM, signal.SIGKILL) if runs else ():
                 results = [await _handover(emulator, kubeconfig, Path(tmp), sig, i + (0 if sig == signal.SIGTERM else runs))
                            for i in range(runs)]
                 out[sig.name] = {k: {"median": round(statistics.median(r[k] for r in results), 2),

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specdeploy"
 RELEASE, NAMESPACE = "sd", "ns1"
 # A short lease keeps the tests quick; the chart's default is leader.LEASE_DURATION.
+START_S = 90  # how long an operator process may take to start (imports) on a busy machine
 TEST_ENV = {"SPECDEPLOY_LEASE_DURATION_S": "6", "HF_HUB_OFFLINE": "1", "SPECDEPLOY_BACKOFF_SCALE": "0.05"}
 
 
@@ -150,3 +151,11 @@ def deployment_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     return dict(container)
+
+
+def lease_holder(cluster: Any) -> str:
+    """holderIdentity of the operator's Lease on the emulator ("" when none or released)."""
+    try:
+        return (cluster.get("coordination.k8s.io/v1/leases", "specdeploy-operator").get("spec") or {}).get("holderIdentity") or ""
+    except KeyError:
+        return ""

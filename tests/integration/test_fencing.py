@@ -21,23 +21,14 @@ import pytest
 from specdeploy.controller.leader import FENCED_EXIT
 from specdeploy.demo import write_kubeconfig
 
-from .chart_process import ChartPod, deployment_container, render
+from .chart_process import START_S, ChartPod, deployment_container, lease_holder, render
 from .conftest import Cluster, eventually, example, with_identity
 from .fault_proxy import PARTITIONS, FaultProxy, Write, start_proxy
 
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
 NAME = LLAMA["metadata"]["name"]
-LEASE = "coordination.k8s.io/v1/leases"
-START_S = 90  # an operator process importing under load
 VALUES = ("replicas=2", "watchNamespaces={ns1}")
 K_ARG = re.compile(r'"num_speculative_tokens":\s*(\d+)')
-
-
-def _holder(cluster: Cluster) -> str:
-    try:
-        return (cluster.get(LEASE, "specdeploy-operator").get("spec") or {}).get("holderIdentity") or ""
-    except KeyError:
-        return ""
 
 
 @pytest.fixture
@@ -86,7 +77,7 @@ def _strings(node: Any) -> list[str]:
 async def test_a_cut_off_leader_stops_writing_before_the_standby_starts(emulator: Any, cluster: Cluster,
                                                                        behind_proxies: Any, mode: str) -> None:
     a, proxy_a = await behind_proxies("a")
-    await eventually(lambda: _holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
+    await eventually(lambda: lease_holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
     b, proxy_b = await behind_proxies("b")
     await b.until_probe("readinessProbe", timeout=START_S)
     await cluster.create(with_identity(LLAMA, f"uid-{mode}"))
@@ -95,7 +86,7 @@ async def test_a_cut_off_leader_stops_writing_before_the_standby_starts(emulator
     await proxy_a.partition(mode)
     assert a.proc is not None
     assert await asyncio.to_thread(a.proc.wait, START_S) == FENCED_EXIT
-    await eventually(lambda: _holder(cluster).startswith("b-"), timeout=START_S, what="b takes the Lease")
+    await eventually(lambda: lease_holder(cluster).startswith("b-"), timeout=START_S, what="b takes the Lease")
     await cluster.patch_spec(NAME, {"draft": {"numSpeculativeTokens": 5}}, generation=2)
     await eventually(lambda: cluster.sd(NAME)["status"].get("observedGeneration") == 2, timeout=START_S, what="b reconciles")
     proxy_a.heal()  # a blackhole's held requests would go through now

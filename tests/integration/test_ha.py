@@ -15,22 +15,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .chart_process import ChartPod, client_context, deployment_container, render, self_signed
+from .chart_process import START_S, ChartPod, client_context, deployment_container, http_get, lease_holder, render, self_signed
 from .conftest import DEPLOYMENT, Cluster, eventually, example, with_identity
 
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
 NAME = LLAMA["metadata"]["name"]
-LEASE = "coordination.k8s.io/v1/leases"
 TERMINATION_GRACE_S = 30  # the pod's default terminationGracePeriodSeconds: SIGKILL after it
-START_S = 90  # an operator process importing under load
 HA_VALUES = ("replicas=2", "watchNamespaces={ns1}", "webhook.enabled=true", "webhook.certManager.enabled=true")
-
-
-def _holder(cluster: Cluster) -> str:
-    try:
-        return (cluster.get(LEASE, "specdeploy-operator").get("spec") or {}).get("holderIdentity") or ""
-    except KeyError:
-        return ""
 
 
 @pytest.fixture
@@ -70,7 +61,7 @@ async def test_sigterm_stops_a_single_replica_with_the_chart_flags(emulator: Any
 
 async def test_the_standby_is_alive_serves_and_takes_over_on_sigterm(emulator: Any, cluster: Cluster, pods: Any) -> None:
     a = pods("a")
-    await eventually(lambda: _holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
+    await eventually(lambda: lease_holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
     b = pods("b")
     await b.until_probe("readinessProbe", timeout=START_S)
     await _controlling(cluster, "uid-ha")
@@ -80,11 +71,11 @@ async def test_the_standby_is_alive_serves_and_takes_over_on_sigterm(emulator: A
         assert await b.probed("livenessProbe") == 200
         await asyncio.sleep(1)
     assert (await _leader_page(a), await _leader_page(b)) == (200, 503)  # readiness tells them apart
-    assert _holder(cluster).startswith("a-")  # the standby did not take over
+    assert lease_holder(cluster).startswith("a-")  # the standby did not take over
     a.signal(signal.SIGTERM)
     assert await _exited(a) == 0
-    assert not _holder(cluster).startswith("a-")  # released on the way out, not left to expire
-    await eventually(lambda: _holder(cluster).startswith("b-"), timeout=START_S, what="b takes the Lease")
+    assert not lease_holder(cluster).startswith("a-")  # released on the way out, not left to expire
+    await eventually(lambda: lease_holder(cluster).startswith("b-"), timeout=START_S, what="b takes the Lease")
     await cluster.patch_spec(NAME, {"draft": {"numSpeculativeTokens": 5}}, generation=2)
     await eventually(lambda: cluster.sd(NAME)["status"].get("observedGeneration") == 2, timeout=START_S, what="b reconciles")
     args = cluster.get(DEPLOYMENT, NAME)["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -94,8 +85,6 @@ async def test_the_standby_is_alive_serves_and_takes_over_on_sigterm(emulator: A
 
 
 async def _leader_page(pod: ChartPod) -> int:
-    from .chart_process import http_get
-
     return await asyncio.to_thread(http_get, pod.ports["metrics"], "/leader")
 
 
@@ -104,7 +93,7 @@ async def test_every_admission_through_the_service_is_judged(emulator: Any, clus
     are Ready): each gets a verdict, valid specs admitted and invalid ones refused, by the
     leader and the standby alike."""
     a = pods("a")
-    await eventually(lambda: _holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
+    await eventually(lambda: lease_holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
     b = pods("b")
     for pod in (a, b):
         await pod.until_probe("readinessProbe", timeout=START_S)

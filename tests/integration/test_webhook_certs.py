@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .chart_process import ChartPod, deployment_container, render, self_signed
+from .chart_process import START_S, ChartPod, deployment_container, render, self_signed
 from .conftest import eventually
 
-START_S = 90  # an operator process importing under load
 VALUES = ("replicas=1", "watchNamespaces={ns1}", "webhook.enabled=true", "webhook.certManager.enabled=true")
 
 

@@ -1,5 +1,11 @@
-"""The kopf wiring: an explicit registry, startup settings, login, the reconcile handler and
-the readiness mirror. `run()` is what `specdeploy run` and `python -m specdeploy.demo` call.
+"""The kopf wiring: two explicit registries, startup settings, login, the reconcile handler
+and the readiness mirror. `run()` is what `specdeploy run` and `python -m specdeploy.demo` call.
+
+A process runs two kopf instances, each in its own thread and loop: the front (`front`: the
+liveness endpoint and the validating webhook, in every replica, leader or standby) and the
+controller (`registry`: every handler and the telemetry, only while this replica leads). The
+main thread turns SIGTERM into a stop bounded at SHUTDOWN_S and gives the Lease up; the
+controller's client refuses writes once leadership is lost (controller/leader.py).
 
 Handlers are thin and asynchronous: they take the client from `memo`, run the reconcile as
 `attempt.reconcile_once` does for every caller (a slot, the time budget
