@@ -47,7 +47,7 @@ def _holder(emulator: Any) -> str:
         return ""
 
 
-async def _until(check: Any, limit: float = 300) -> float:
+async def _until(check: Any, limit: float = 120) -> float:
     """Monotonic instant at which check() first held (polled every 20 ms)."""
     deadline = time.monotonic() + limit
     while not check():
@@ -107,21 +107,33 @@ async def _soak(emulator: Any, kubeconfig: Path, logs: Path, seconds: float) -> 
             pod.kill()
 
 
-async def main(runs: int, soak_s: float) -> dict[str, Any]:
+async def _on_fresh_emulator(step: Any, *args: Any) -> Any:
+    """`step(emulator, kubeconfig, logs, *args)` on its own emulator: kmock logs every request
+    and answers slower the more it holds (0.2-1 s per request after thousands), which starved
+    later runs' Lease renewals when the runs shared one."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         async with ApiServerEmulator() as emulator, kmock.Server(emulator, port=port):
             register_resources(emulator)
             kubeconfig = write_kubeconfig(f"http://127.0.0.1:{port}", Path(tmp) / "kubeconfig")
-            out: dict[str, Any] = {"lease_duration_s": LEASE_DURATION.default}
-            for sig in (signal.SIGTERM, signal.SIGKILL) if runs else ():
-                results = [await _handover(emulator, kubeconfig, Path(tmp), sig, i + (0 if sig == signal.SIGTERM else runs))
-                           for i in range(runs)]
-                out[sig.name] = {k: {"median": round(statistics.median(r[k] for r in results), 2),
-                                     "max": round(max(r[k] for r in results), 2)} for k in results[0]}
-            if soak_s:
-                out["soak"] = await _soak(emulator, kubeconfig, Path(tmp), soak_s)
-            return out
+            return await step(emulator, kubeconfig, Path(tmp), *args)
+
+
+async def main(runs: int, soak_s: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"lease_duration_s": LEASE_DURATION.default}
+    for sig in (signal.SIGTERM, signal.SIGKILL) if runs else ():
+        results, failed = [], 0
+        for i in range(runs):
+            try:
+                results.append(await _on_fresh_emulator(_handover, sig, i))
+            except TimeoutError:  # a step did not happen within 120 s: counted, not waited for
+                failed += 1
+        out[sig.name] = {k: {"median": round(statistics.median(r[k] for r in results), 2),
+                             "max": round(max(r[k] for r in results), 2)} for k in (results[0] if results else ())}
+        out[sig.name]["runs_failed"] = failed
+    if soak_s:
+        out["soak"] = await _on_fresh_emulator(_soak, soak_s)
+    return out
 
 
 if __name__ == "__main__":
