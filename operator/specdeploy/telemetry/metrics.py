@@ -15,7 +15,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdeploy.vllm.spec_decode_metrics import ACCEPTED_PER_POSITION, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, POSITION_LABEL
 
 
+# The running-requests gauge: sequences in the engine's batch at the moment of the scrape
+# (vllm/v1/metrics/loggers.py, PrometheusStatLogger), one series per engine.
+RUNNING = "vllm:num_requests_running"
+# Token counts of finished requests (histograms: `_sum` and `_count`, same loggers.py): the mean
+# context a sequence holds while decoding is the mean prompt plus half the mean generation.
+PROMPT_TOKENS = "vllm:request_prompt_tokens"
+GENERATION_TOKENS = "vllm:request_generation_tokens"
 _TOTALS = frozenset(name + "_total" for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS))
+_LENGTHS = frozenset({PROMPT_TOKENS + "_count", PROMPT_TOKENS + "_sum", GENERATION_TOKENS + "_sum"})
 
 
 class MetricsError(ValueError):
@@ -33,6 +41,16 @@ class Counters:
     draft_tokens: float = 0.0
     accepted_tokens: float = 0.0
     accepted_per_position: tuple[float, ...] = ()
+    requests: float = 0.0  # finished requests (the prompt-token histogram's count)
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+
+    @property
+    def mean_context(self) -> float | None:
+        """Context tokens a sequence holds on average while decoding (None before a request finished)."""
+        if self.requests <= 0:
+            return None
+        return (self.prompt_tokens + self.generation_tokens / 2) / self.requests
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -47,6 +65,9 @@ class Counters:
             self.draft_tokens + other.draft_tokens,
             self.accepted_tokens + other.accepted_tokens,
             tuple(a + b for a, b in zip(pad(self.accepted_per_position), pad(other.accepted_per_position))),
+            self.requests + other.requests,
+            self.prompt_tokens + other.prompt_tokens,
+            self.generation_tokens + other.generation_tokens,
         )
 
     def increase_since(self, earlier: "Counters") -> "Counters":
@@ -60,6 +81,9 @@ class Counters:
             self.draft_tokens - earlier.draft_tokens,
             self.accepted_tokens - earlier.accepted_tokens,
             tuple(a - b for a, b in zip(self.accepted_per_position, earlier.accepted_per_position)),
+            self.requests - earlier.requests,
+            self.prompt_tokens - earlier.prompt_tokens,
+            self.generation_tokens - earlier.generation_tokens,
         )
 
 
@@ -78,6 +102,9 @@ def parse_counters(text: str) -> Counters:
                     per_position[int(sample.labels[POSITION_LABEL])] += sample.value
                 elif sample.name in _TOTALS:
                     totals[sample.name.removesuffix("_total")] += sample.value
+                elif sample.name in _LENGTHS:
+                    totals[sample.name] += sample.value
+                    continue
                 else:
                     continue
                 seen = True
@@ -89,4 +116,20 @@ def parse_counters(text: str) -> Counters:
     return Counters(
         totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS],
         tuple(per_position.get(i, 0.0) for i in range(k)),
+        totals[PROMPT_TOKENS + "_count"], totals[PROMPT_TOKENS + "_sum"], totals[GENERATION_TOKENS + "_sum"],
     )
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One pod's scrape: its spec-decode counters and each engine's running requests."""
+
+    counters: Counters
+    running: tuple[float, ...]
+
+
+def parse_sample(text: str) -> Sample:
+    """parse_counters plus the running-requests gauge (absent: no load reading)."""
+    counters = parse_counters(text)
+    running = [s.value for family in text_string_to_metric_families(text) for s in family.samples if s.name == RUNNING]
+    return Sample(counters, tuple(running))
