@@ -21,6 +21,8 @@ MANAGED_BY = "specdeploy"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 # LWS labels its pods with their index inside the group; 0 is the leader that serves HTTP.
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+# ...and its StatefulSets and pods with the LeaderWorkerSet's name.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 
 MAX_LABEL = 63  # label values, DNS-1123/1035 labels (Service names), LWS names
 _HASH_LEN = 8

@@ -7,11 +7,13 @@ The names are vLLM's (`specdeploy.vllm.spec_decode_metrics`); each is exposed wi
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specdeploy.api.spec import MAX_NUM_SPECULATIVE_TOKENS
 from specdeploy.vllm.spec_decode_metrics import ACCEPTED_PER_POSITION, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, POSITION_LABEL
 
 
@@ -66,7 +68,8 @@ class Counters:
 def parse_counters(text: str) -> Counters:
     """The spec-decode counters of one /metrics text, summed over engines.
 
-    Raises MetricsError when the text does not parse or speculative decoding is off (vLLM
+    Raises MetricsError when the text does not parse, a counter is not finite and >= 0 (NaN
+    or Inf would poison every rate of the window), or speculative decoding is off (vLLM
     registers these counters only when a speculative config is set)."""
     totals: dict[str, float] = defaultdict(float)
     per_position: dict[int, float] = defaultdict(float)
@@ -75,12 +78,19 @@ def parse_counters(text: str) -> Counters:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:  # by sample name: a text without # TYPE lines has no families
                 if sample.name == ACCEPTED_PER_POSITION + "_total":
-                    per_position[int(sample.labels[POSITION_LABEL])] += sample.value
+                    position = int(sample.labels[POSITION_LABEL])
+                    if not 0 <= position < MAX_NUM_SPECULATIVE_TOKENS:  # k is one of 1..64: no 10**9-long tuple
+                        raise MetricsError(f"{POSITION_LABEL}={position}: a draft position is from 0 to {MAX_NUM_SPECULATIVE_TOKENS - 1}")
+                    per_position[position] += sample.value
                 elif sample.name in _TOTALS:
                     totals[sample.name.removesuffix("_total")] += sample.value
                 else:
                     continue
+                if not math.isfinite(sample.value) or sample.value < 0:
+                    raise MetricsError(f"{sample.name} is {sample.value}: a counter is a finite number >= 0")
                 seen = True
+    except MetricsError:
+        raise
     except (ValueError, KeyError, TypeError) as exc:
         raise MetricsError(f"not a Prometheus metrics text: {exc}") from exc
     if not seen:
