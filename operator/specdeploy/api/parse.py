@@ -80,6 +80,8 @@ DNS1123_LABEL_RE = re.compile(rf"^{_DNS1123_LABEL}$")
 CHILD_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 CHILD_NAME_MAX = 63 - len("-api")
 OBJECT_KEYS = ("apiVersion", "kind", "metadata", "spec", "status")
+# k8s.io/apiserver/pkg/server/config.go: MaxRequestBodyBytes, 3 MiB; one object is one request.
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -75,10 +75,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
     memo.desired, memo.configs, memo.evaluations = memory.desired, memory.configs, memory.evaluations
     memo.offload, memo.slots, memo.status = memory.offload, memory.slots, memory.status
-    # The validating webhook (controller/webhook.py), when the chart enables it.
-    settings.admission.server = webhook.server_from_env()
-    if webhook.enabled():
-        webhook.warm_up()
     _warm_up()
 
 
