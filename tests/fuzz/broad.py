@@ -19,7 +19,8 @@ What it varies:
 
 Each case runs in a forked copy of one warmed-up interpreter (so thousands run in minutes)
 with a 10 s wall limit, its peak RSS read from wait4; `--subprocess N` also runs N cases as a
-real `python -m specdeploy.cli` process each.
+real `python -m specdeploy.cli` process each. Every document `plan` accepts has its children
+checked against the Kubernetes schemas (tests/fuzz/schemas.py).
 
     python -m tests.fuzz.broad --count 5000 --seed 1 [--subprocess 200] [--report out.json]
 """
@@ -44,6 +45,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import yaml
+
+from tests.fuzz.schemas import accepted_manifests, child_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -777,6 +780,10 @@ def problem(outcome: Outcome) -> str | None:
         return f"peak RSS {outcome.max_rss_kib // 1024} MiB"
     if outcome.code not in (0, 1, 2):
         return f"exit {outcome.code}"
+    if outcome.code in (0, 1) and outcome.argv[0] == "plan":
+        children = child_problems(accepted_manifests(outcome.stdout, outcome.argv[outcome.argv.index("-o") + 1]))
+        if children:
+            return f"accepted, but a child fails the Kubernetes schemas: {children[0]}"
     if outcome.code == 2:
         message = outcome.stderr.strip()
         if not message:

@@ -57,7 +57,8 @@ def test_each_bad_cr_is_refused_with_a_message(capsys: pytest.CaptureFixture[str
     ("name-bad-chars", "metadata.name", "DNS-1123"),
     ("name-300-chars", "metadata.name", "at most 253"),
     ("name-upper", "metadata.name", "DNS-1123"),
-    ("name-60-chars", "metadata.name", "-api"),
+    ("metadata-labels-list", "metadata.labels", "a mapping of strings to strings, got array"),
+    ("metadata-unknown-field", "metadata.status", "unknown field 'status': metadata has name,"),
     ("replicas-string", "spec.replicas", "integer"),
     ("trust-remote-code-off-string", "spec.target.trustRemoteCode", "boolean"),
     ("max-model-len-padded", "spec.serving.maxModelLen", "integer"),
@@ -179,7 +180,7 @@ def test_version_and_every_help_say_what_they_do() -> None:
 
 @pytest.mark.parametrize(("name", "code", "verdict"), [
     ("api-version-v9", "object-invalid", "invalid"),
-    ("name-60-chars", "name-unusable", "invalid"),
+    ("metadata-unknown-field", "object-invalid", "invalid"),
     ("replicas-string", "spec-invalid", "invalid"),
     ("configmap-not-json", "config-invalid", "invalid"),
     ("configmap-missing", "config-unavailable", "unjudged"),
@@ -270,3 +271,32 @@ def test_a_config_value_transformers_cannot_build_is_a_refusal_naming_the_key(
     errors = [f for f in json.loads(out)["results"][0]["findings"] if f["severity"] == "error"]
     assert [f["field"] for f in errors] == [field], errors
     assert errors[0]["code"] == "config-value-invalid"
+
+
+@pytest.mark.parametrize("name", ["a" * 60, "b" * 63, "c" * 64, "d." * 126 + "d", "9-starts-with-a-digit", "x.y"])
+def test_every_name_the_api_server_takes_is_planned_with_valid_child_names(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                          name: str) -> None:
+    """DNS-1123 subdomains up to 253 characters: the children's names and labels are cut
+    short with a hash where they must be DNS-1035 labels of 63 (Services, workloads)."""
+    from specdeploy.render import invalid_names
+
+    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
+    doc["metadata"]["name"] = name
+    path = tmp_path / "sd.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    (result,) = json.loads(out)["results"]
+    assert code == 0 and result["verdict"] == "valid", result["findings"]
+    assert result["manifests"] and invalid_names(result["manifests"]) == []
+
+
+def test_an_object_over_the_api_servers_request_limit_is_refused_naming_its_largest_part(capsys: pytest.CaptureFixture[str],
+                                                                                        tmp_path: Path) -> None:
+    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
+    doc["spec"]["target"]["config"]["padding"] = ["x" * 1000] * 3200  # 3.1 MiB: under our stream limit, over the API server's
+    path = tmp_path / "sd.yaml"
+    path.write_text(json.dumps(doc))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    (result,) = json.loads(out)["results"]
+    (finding,) = [f for f in result["findings"] if f["code"] == "object-too-large"]
+    assert code == 1 and finding["field"] == "spec.target" and "at most 3 MiB per object" in finding["message"]
