@@ -9,88 +9,17 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
-from contextlib import ExitStack, contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
 
 from specdeploy.controller.scrape import MAX_BYTES
-from tests.metrics_server import serve_metrics
+from tests.metrics_server import MiB, Peer, big_body, endless_body, nan_body, serve_hostile, serve_metrics, slow_body
 
 from .conftest import ROOT, Cluster, Operator, eventually
 from .test_telemetry import FakeVllmMetrics, _pod, _serving, _speculation, add_pod
-
-MiB = 1024 * 1024
-CHUNK = b"# " + b"x" * (64 * 1024 - 3) + b"\n"  # comment lines: valid exposition text, any length
-NAN_TEXT = (b"vllm:spec_decode_num_drafts_total{engine=\"0\"} NaN\n"
-            b"vllm:spec_decode_num_draft_tokens_total{engine=\"0\"} 10\n")
-
-
-class Peer:
-    """One hostile /metrics server: `send(wfile, stop)` writes the answer; every request and
-    the bytes it sent are recorded."""
-
-    def __init__(self, send: Callable[[Any, threading.Event], None]):
-        self.send, self.requests, self.sent = send, 0, 0
-        self.stop = threading.Event()
-
-
-def _big(wfile: Any, stop: threading.Event) -> int:
-    """A declared 100 MiB body, sent until the reader hangs up."""
-    return _stream(wfile, stop, 100 * MiB)
-
-
-def _stream(wfile: Any, stop: threading.Event, total: int = 1024 * MiB) -> int:
-    sent = 0
-    while sent < total and not stop.is_set():
-        wfile.write(CHUNK)
-        sent += len(CHUNK)
-    return sent
-
-
-def _slow(wfile: Any, stop: threading.Event) -> int:
-    """One byte every 50 ms, for ever (until the test ends): each read alone is quick."""
-    sent = 0
-    while not stop.wait(0.05):
-        wfile.write(b"#")
-        wfile.flush()
-        sent += 1
-    return sent
-
-
-@contextmanager
-def serve(peer: Peer, length: int | None = None) -> Iterator[int]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1" if length is not None else "HTTP/1.0"
-
-        def do_GET(self) -> None:  # noqa: N802
-            peer.requests += 1
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            if length is not None:
-                self.send_header("Content-Length", str(length))
-            self.end_headers()
-            try:
-                peer.sent += peer.send(self.wfile, peer.stop)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the reader hung up: what the operator should do
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server.server_address[1]
-    finally:
-        peer.stop.set()
-        server.shutdown()
-        server.server_close()
 
 
 def _rss_kib(field: str) -> int:
@@ -118,8 +47,8 @@ async def test_hostile_metrics_peers_cost_their_own_scrape_and_nothing_more(
     from .test_operator import LLAMA
 
     caplog.set_level(logging.INFO, logger="specdeploy.telemetry")
-    peers = {"big": Peer(_big), "stream": Peer(_stream), "slow": Peer(_slow),
-             "nan": Peer(lambda w, _: w.write(NAN_TEXT) or len(NAN_TEXT)), "intruder": Peer(_stream)}
+    peers = {"big": Peer(big_body, length=100 * MiB), "stream": Peer(endless_body), "slow": Peer(slow_body),
+             "nan": Peer(nan_body), "intruder": Peer(endless_body)}
     healthy, hostile_good = FakeVllmMetrics(k=3), FakeVllmMetrics(k=3)
     try:
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here on: this test's peak
@@ -127,7 +56,7 @@ async def test_hostile_metrics_peers_cost_their_own_scrape_and_nothing_more(
         pass  # not allowed here: the peak then covers the whole test process, a stricter bound
     baseline = _rss_kib("VmRSS")
     with ExitStack() as stack:
-        ports = {mode: stack.enter_context(serve(peer, 100 * MiB if mode == "big" else None)) for mode, peer in peers.items()}
+        ports = {mode: stack.enter_context(serve_hostile(peer)) for mode, peer in peers.items()}
         healthy_port = stack.enter_context(serve_metrics(healthy.body))
         hostile = copy.deepcopy(LLAMA)
         hostile["metadata"]["name"] = "hostile"
@@ -153,7 +82,7 @@ async def test_hostile_metrics_peers_cost_their_own_scrape_and_nothing_more(
         assert peers["intruder"].requests == 0  # an unowned pod is never read
         # The 1 GiB stream and the 100 MiB body are cut off near the limit, never read whole.
         limit, scrapes = MAX_BYTES.get_int(), peers["stream"].requests
-        assert peers["stream"].sent < scrapes * (limit + 16 * MiB), (peers["stream"].sent, scrapes)
+        assert limit <= peers["stream"].sent < scrapes * (limit + 16 * MiB), (peers["stream"].sent, scrapes)
         await eventually(lambda: _speculation(cluster, name).get("drafts") == 400, timeout=30, what="the hostile CR's good pod counted")
 
     reasons = {s["pod"]: s["reason"] for s in _speculation(cluster, name).get("skippedPods") or []}
