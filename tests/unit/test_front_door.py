@@ -300,3 +300,41 @@ def test_an_object_over_the_api_servers_request_limit_is_refused_naming_its_larg
     (result,) = json.loads(out)["results"]
     (finding,) = [f for f in result["findings"] if f["code"] == "object-too-large"]
     assert code == 1 and finding["field"] == "spec.target" and "at most 3 MiB per object" in finding["message"]
+
+
+@pytest.mark.parametrize(("scheduling", "field", "words"), [
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": "x"}}}},
+     "spec.scheduling.affinity", "nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: Input should be a valid list"),
+    ({"affinity": {"foo": 1}}, "spec.scheduling.affinity", "foo: unknown field (a Kubernetes Affinity)"),
+    ({"tolerations": [{"key": "a", "operator": "Exists"}, {"key": "b", "tolerationSeconds": "x"}]},
+     "spec.scheduling.tolerations", "[1].tolerationSeconds: Input should be a valid integer"),
+    ({"nodeSelector": {"a b": "x"}}, "spec.scheduling.nodeSelector", "'a b' is not a label key"),
+    ({"nodeSelector": {"gpu": "x" * 64}}, "spec.scheduling.nodeSelector", "is not a label value"),
+    ({"priorityClassName": "Not_Valid"}, "spec.scheduling.priorityClassName", "not an object name"),
+])
+def test_pod_fields_a_spec_passes_through_are_checked_as_kubernetes_checks_them(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, scheduling: dict[str, object], field: str, words: str) -> None:
+    """Accepted unchecked, these made Deployments the API server refuses (found by the fuzz
+    suites' schema check of accepted documents' children)."""
+    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
+    doc["spec"]["scheduling"] = scheduling
+    path = tmp_path / "sd.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    findings = json.loads(out)["results"][0]["findings"]
+    assert code == 1 and any(f["field"] == field and words in f["message"] for f in findings), findings
+
+
+def test_valid_scheduling_fields_are_planned_into_the_pods(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    scheduling = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}]}}},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"}, "priorityClassName": "gpu-high"}
+    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
+    doc["spec"]["scheduling"] = scheduling
+    path = tmp_path / "sd.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    (result,) = json.loads(out)["results"]
+    pod = result["manifests"][0]["spec"]["template"]["spec"]
+    assert code == 0 and pod["affinity"] == scheduling["affinity"] and pod["tolerations"] == scheduling["tolerations"]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from specdeploy.api.names import DNS1123_LABEL_RE, DNS1123_SUBDOMAIN_RE, is_label_value, qualified_name_problem
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Stage, error, json_type
 
@@ -71,11 +71,6 @@ def spec_of_document(document: dict[str, Any]) -> dict[str, Any]:
 
 # --- whole objects, as `kubectl apply` sends them --------------------------------------------
 
-# k8s.io/apimachinery/pkg/util/validation: IsDNS1123Subdomain (object names, <= 253) and
-# IsDNS1123Label (namespaces, <= 63).
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-DNS1123_SUBDOMAIN_RE = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
-DNS1123_LABEL_RE = re.compile(rf"^{_DNS1123_LABEL}$")
 OBJECT_KEYS = ("apiVersion", "kind", "metadata", "spec", "status")
 # k8s.io/apiserver/pkg/server/config.go: MaxRequestBodyBytes, 3 MiB; one object is one request.
 MAX_REQUEST_BYTES = 3 * 1024 * 1024
@@ -90,9 +85,6 @@ METADATA_FIELDS: dict[str, str] = {
     "deletionGracePeriodSeconds": _INTEGER, "labels": _STRING_MAP, "annotations": _STRING_MAP,
     "ownerReferences": _LIST, "finalizers": _LIST, "managedFields": _LIST,
 }
-# IsQualifiedName (label and annotation keys) and IsValidLabelValue.
-_QUALIFIED_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -129,23 +121,13 @@ def _has_type(value: Any, kind: str) -> bool:
     return isinstance(value, list)
 
 
-def _qualified_name_problem(key: str) -> str | None:
-    """Why a label or annotation key is not a qualified name ([prefix/]name), or None."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN_RE.match(prefix)):
-        return "its prefix (before '/') must be a DNS-1123 subdomain of at most 253 characters"
-    if not name or len(name) > 63 or not _QUALIFIED_NAME_RE.match(name):
-        return "its name must be 1-63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
-    return None
-
-
 def _map_findings(field: str, entries: dict[str, str], *, labels: bool) -> list[Finding]:
     findings = []
     for key, value in entries.items():
-        why = _qualified_name_problem(key)
+        why = qualified_name_problem(key)
         if why:
             findings.append(_spec_error("object-invalid", f"{field}.{key}", f"{key!r} is not a valid key: {why}"))
-        elif labels and (len(value) > 63 or not LABEL_VALUE_RE.match(value)):
+        elif labels and not is_label_value(value):
             findings.append(_spec_error("object-invalid", f"{field}.{key}", f"{value[:80]!r} is not a label value: at most 63 characters "
                                         "of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (or empty)"))
     if not labels and sum(len(k) + len(v) for k, v in entries.items()) > MAX_ANNOTATIONS_BYTES:
