@@ -260,7 +260,7 @@ class SchedulingSpec(SpecModel):
     @field_validator("priority_class_name", "runtime_class_name")
     @classmethod
     def _object_name(cls, value: str | None) -> str | None:
-        if value is not None and not is_dns1123_subdomain(value):
+        if value and not is_dns1123_subdomain(value):  # empty: unset (the pod does not carry it)
             raise ValueError(f"{value[:80]!r} is not an object name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.')")
         return value
 
