@@ -36,7 +36,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "bench"), str(ROOT)]
 
-from bench_operator import _free_port  # noqa: E402
+from bench_operator import _free_port, stop  # noqa: E402
 from indexed_kmock import IndexedEmulator  # noqa: E402
 
 import aiohttp  # noqa: E402
@@ -178,11 +178,7 @@ async def bench(review_count: int, rounds: int, settle_s: float) -> dict[str, An
                 out.update(cpus=os.cpu_count(), load_avg_1m=round(os.getloadavg()[0], 1))
                 return out
             finally:
-                operator.terminate()
-                try:
-                    operator.wait(20)
-                except subprocess.TimeoutExpired:
-                    operator.kill()
+                stop(operator)
 
 
 def main() -> int:

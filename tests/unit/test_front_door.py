@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -273,6 +274,17 @@ def test_a_config_value_transformers_cannot_build_is_a_refusal_naming_the_key(
     assert errors[0]["code"] == "config-value-invalid"
 
 
+def plan_example(capsys: pytest.CaptureFixture[str], tmp_path: Path, change: Any) -> tuple[int, dict[str, Any]]:
+    """`plan -o json` of the qwen3 ngram example after `change(doc)`: (exit code, its one result)."""
+    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
+    change(doc)
+    path = tmp_path / "sd.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, _ = plan(capsys, path, "-o", "json")
+    (result,) = json.loads(out)["results"]
+    return code, result
+
+
 @pytest.mark.parametrize("name", ["a" * 60, "b" * 63, "c" * 64, "d." * 126 + "d", "9-starts-with-a-digit", "x.y"])
 def test_every_name_the_api_server_takes_is_planned_with_valid_child_names(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                                           name: str) -> None:
@@ -280,24 +292,15 @@ def test_every_name_the_api_server_takes_is_planned_with_valid_child_names(capsy
     short with a hash where they must be DNS-1035 labels of 63 (Services, workloads)."""
     from specdeploy.render import invalid_names
 
-    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
-    doc["metadata"]["name"] = name
-    path = tmp_path / "sd.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    code, out, _ = plan(capsys, path, "-o", "json")
-    (result,) = json.loads(out)["results"]
+    code, result = plan_example(capsys, tmp_path, lambda doc: doc["metadata"].update(name=name))
     assert code == 0 and result["verdict"] == "valid", result["findings"]
     assert result["manifests"] and invalid_names(result["manifests"]) == []
 
 
 def test_an_object_over_the_api_servers_request_limit_is_refused_naming_its_largest_part(capsys: pytest.CaptureFixture[str],
                                                                                         tmp_path: Path) -> None:
-    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
-    doc["spec"]["target"]["config"]["padding"] = ["x" * 1000] * 3200  # 3.1 MiB: under our stream limit, over the API server's
-    path = tmp_path / "sd.yaml"
-    path.write_text(json.dumps(doc))
-    code, out, _ = plan(capsys, path, "-o", "json")
-    (result,) = json.loads(out)["results"]
+    # 3.1 MiB: under our stream limit, over the API server's
+    code, result = plan_example(capsys, tmp_path, lambda doc: doc["spec"]["target"]["config"].update(padding=["x" * 1000] * 3200))
     (finding,) = [f for f in result["findings"] if f["code"] == "object-too-large"]
     assert code == 1 and finding["field"] == "spec.target" and "at most 3 MiB per object" in finding["message"]
 
@@ -316,13 +319,8 @@ def test_pod_fields_a_spec_passes_through_are_checked_as_kubernetes_checks_them(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, scheduling: dict[str, object], field: str, words: str) -> None:
     """Accepted unchecked, these made Deployments the API server refuses (found by the fuzz
     suites' schema check of accepted documents' children)."""
-    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
-    doc["spec"]["scheduling"] = scheduling
-    path = tmp_path / "sd.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    code, out, _ = plan(capsys, path, "-o", "json")
-    findings = json.loads(out)["results"][0]["findings"]
-    assert code == 1 and any(f["field"] == field and words in f["message"] for f in findings), findings
+    code, result = plan_example(capsys, tmp_path, lambda doc: doc["spec"].update(scheduling=scheduling))
+    assert code == 1 and any(f["field"] == field and words in f["message"] for f in result["findings"]), result["findings"]
 
 
 def test_valid_scheduling_fields_are_planned_into_the_pods(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -330,11 +328,6 @@ def test_valid_scheduling_fields_are_planned_into_the_pods(capsys: pytest.Captur
         {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}]}}},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"}, "priorityClassName": "gpu-high"}
-    doc = yaml.safe_load((EXAMPLES / "qwen3-8b-ngram.yaml").read_text())
-    doc["spec"]["scheduling"] = scheduling
-    path = tmp_path / "sd.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    code, out, _ = plan(capsys, path, "-o", "json")
-    (result,) = json.loads(out)["results"]
+    code, result = plan_example(capsys, tmp_path, lambda doc: doc["spec"].update(scheduling=scheduling))
     pod = result["manifests"][0]["spec"]["template"]["spec"]
     assert code == 0 and pod["affinity"] == scheduling["affinity"] and pod["tolerations"] == scheduling["tolerations"]
