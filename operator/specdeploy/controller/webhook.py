@@ -34,7 +34,7 @@ from aiohttp import web
 
 from specdeploy.api.parse import MAX_REQUEST_BYTES, parse_object, parse_spec
 from specdeploy.controller.env import Number
-from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
+from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model, resolve_pair
 from specdeploy.findings import Severity
 
 HANDLER_ID = "validate-speculativedeployment"  # the path the chart's webhook configuration calls
@@ -52,13 +52,15 @@ ConfigMapLookup = Callable[[str, str, str], "str | None"]
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Admission:
+    """The answer to one AdmissionReview."""
+
     allowed: bool
     message: str = ""
     warnings: list[str] = field(default_factory=list)
 
 
-def admission_verdict(obj: dict[str, Any], *, read_config_map: ConfigMapLookup | None = None, check_name: bool = True) -> Verdict:
+def admission_verdict(obj: dict[str, Any], *, read_config_map: ConfigMapLookup | None = None, check_name: bool = True) -> Admission:
     """The verdict on one object. Refuse only on errors that are certain from what is at hand."""
     from specdeploy.pipeline import evaluate
 
@@ -81,25 +83,22 @@ def admission_verdict(obj: dict[str, Any], *, read_config_map: ConfigMapLookup |
             raise SourceUnavailable("configMapRef", f"ConfigMap {name} with key {key} not found (yet)")
         return text
 
-    def resolve(source: Any, where: str) -> Any:
-        return resolve_model(source, where, configmap_reader=configmap_reader, local_only=True, local_files=False)
-
-    try:
-        target = resolve(spec.target, "spec.target")
-        draft = resolve(spec.draft, "spec.draft") if spec.draft.has_own_checkpoint else None
+    try:  # the reconcile's rule (no local file), with nothing fetched: what is at hand
+        target, draft = resolve_pair(spec, lambda source, where: resolve_model(
+            source, where, configmap_reader=configmap_reader, local_only=True, local_files=False))
     except SourceInvalid as exc:
         return _refusal([], extra=f"{exc.field}: {exc.message}")
     except SourceUnavailable as exc:
-        return Verdict(True, warnings=[f"not judged at admission: {exc.field}: {exc.message[:300]}; the operator judges it in status"])
+        return Admission(True, warnings=[f"not judged at admission: {exc.field}: {exc.message[:300]}; the operator judges it in status"])
     evaluation = evaluate(spec, target, draft)
     if not evaluation.ok:
         return _refusal(list(evaluation.findings))
-    return Verdict(True, warnings=[f"{f.field}: {f.message}" for f in evaluation.findings if f.severity is Severity.WARNING])
+    return Admission(True, warnings=[f"{f.field}: {f.message}" for f in evaluation.findings if f.severity is Severity.WARNING])
 
 
-def _refusal(findings: list[Any], extra: str = "") -> Verdict:
+def _refusal(findings: list[Any], extra: str = "") -> Admission:
     errors = [f"{f.field}: {f.message} [{f.code}]" for f in findings if f.severity is Severity.ERROR]
-    return Verdict(False, "; ".join([*errors, *([extra] if extra else [])])[:4000] or "invalid")
+    return Admission(False, "; ".join([*errors, *([extra] if extra else [])])[:4000] or "invalid")
 
 
 class MalformedReview(ValueError):
@@ -136,7 +135,7 @@ def read_review(data: Any) -> Review:
     return Review(str(data["apiVersion"]), uid, str(operation), obj)
 
 
-def review_response(review: Review, verdict: Verdict) -> dict[str, Any]:
+def review_response(review: Review, verdict: Admission) -> dict[str, Any]:
     """The AdmissionReview answer: a refusal carries 422 and the findings, as the API server
     shows them to the user."""
     response: dict[str, Any] = {"uid": review.uid, "allowed": verdict.allowed}
@@ -177,7 +176,7 @@ async def answer_review(request: web.Request, memo: Any) -> web.Response:
         read = kube.read_config_map_key(namespace, name, key, timeout=CONFIG_MAP_READ_S)
         return asyncio.run_coroutine_threadsafe(read, loop).result(CONFIG_MAP_READ_S + 1)
 
-    def judge() -> Verdict:
+    def judge() -> Admission:
         return admission_verdict(review.obj, read_config_map=read_config_map if kube is not None else None,
                                  check_name=review.operation == "CREATE")  # a name cannot change: judge it once
 
