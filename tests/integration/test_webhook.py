@@ -109,7 +109,7 @@ async def test_admission_over_https(webhook_url: str, tls_dir: Path) -> None:
 
 def test_verdict_refuses_a_bad_name_on_create_only() -> None:
     obj = example("qwen3-8b-ngram.yaml")
-    obj["metadata"]["name"] = "a" * 70
+    obj["metadata"]["name"] = "Bad_Name"  # not a DNS-1123 subdomain
     assert not webhook.admission_verdict(obj).allowed
     assert webhook.admission_verdict(obj, check_name=False).allowed
     assert json.dumps(obj)  # the example stays JSON
