@@ -37,7 +37,7 @@ def child_problems(manifests: list[dict[str, Any]]) -> list[str]:
             try:
                 kubernetes_validate.validate(checked, KUBE_VERSION, strict=True)
             except kubernetes_validate.ValidationError as exc:
-                where = ".".join(str(p) for p in exc.caused_by.path) if getattr(exc, "caused_by", None) else "?"
+                where = ".".join(str(p) for p in exc.path)
                 problems.append(f"{obj.get('kind')} {obj['metadata'].get('name')}: {where}: {str(exc.message)[:200]}")
     return problems
 
