@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import aiohttp
 
 from specdeploy.controller.env import Number
+from specdeploy.controller.kube import Kube
 from specdeploy.render.labels import LWS_NAME_LABEL, selector_string
 
 MAX_BYTES = Number("SPECDEPLOY_METRICS_MAX_BYTES", 8 * 1024 * 1024, minimum=1024, integer=True)
@@ -87,7 +88,7 @@ def owned_pods(pods: list[Mapping[str, Any]], owners: list[Mapping[str, Any]], w
     return [p for p in pods if _controller_uid(p, owner_kind) in owner_uids]
 
 
-async def list_owned_pods(kube: Any, namespace: str, cr_name: str, workload_kind: str, workload_name: str) -> list[dict[str, Any]]:
+async def list_owned_pods(kube: Kube, namespace: str, cr_name: str, workload_kind: str, workload_name: str) -> list[dict[str, Any]]:
     """The live workload's own pods (the API calls around `owned_pods`): none when the
     workload is gone."""
     workload = await kube.get(workload_kind, namespace, workload_name)
