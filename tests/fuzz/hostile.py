@@ -235,6 +235,8 @@ def main() -> int:
         print("TRACEBACK", o.what, o.traceback.strip().splitlines()[-1] if o.traceback else "")
     for o in unnamed[:10]:
         print("UNNAMED", o.what, o.code, o.stderr[:200])
+    for o in slow[:10]:
+        print("SLOW", f"{o.seconds:.1f} s", o.what)
     for o, why in bad_children[:10]:
         print("BAD CHILD", o.what, why)
     return 1 if tracebacks or slow or bad_children else 0
