@@ -29,8 +29,8 @@ SPEC_CONDITIONS: Final[tuple[str, ...]] = (VALIDATED, PLANNED)
 
 
 class Reason:
-    """CamelCase reasons, grouped by the condition that first carries them (Ready, Reconciling
-    and Stalled repeat the reason of the condition that decides them)."""
+    """CamelCase reasons of conditions and Events, grouped by the condition that first carries
+    them (Ready, Reconciling and Stalled repeat the reason of the condition that decides them)."""
 
     # Validated
     VALID = "Valid"
@@ -68,6 +68,8 @@ class Reason:
     ACCEPTANCE_COLLAPSED = "AcceptanceCollapsed"
     NO_SPEEDUP = "NoSpeedup"
     EFFECTIVE = "Effective"
+    # Events only (no condition carries it)
+    SPECULATIVE_TOKENS_CHANGED = "SpeculativeTokensChanged"
 
 
 REASONS: Final[frozenset[str]] = frozenset(v for k, v in vars(Reason).items() if k.isupper())
