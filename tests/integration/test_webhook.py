@@ -185,6 +185,10 @@ async def test_malformed_reviews_get_400_naming_what_is_wrong(webhook_url: str, 
                 text = await response.text()
                 assert response.status == 400, (what, response.status, text)
                 assert text.startswith("not an AdmissionReview"), (what, text)
+        # Over what the API server can send (2 x its 3 MiB request limit + 1 MiB): 413, unread.
+        too_large = b" " * (webhook.MAX_REVIEW_BYTES + 1)
+        async with session.post(webhook_url, data=too_large, ssl=context, headers={"Content-Type": "application/json"}) as response:
+            assert response.status == 413
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
