@@ -210,3 +210,18 @@ async def test_a_large_update_is_judged_and_a_refusal_is_logged_at_info(webhook_
     refusals = [r for r in caplog.records if r.name == "specdeploy.webhook"]
     assert len(refusals) == 1 and refusals[0].levelno == logging.INFO and "Refused UPDATE" in refusals[0].getMessage()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_configmap_config_is_read_through_the_operators_client(webhook_url: str, tls_dir: Path, emulator: Any) -> None:
+    """The review server takes the operator's memo from kopf (its API client): a config in a
+    ConfigMap is judged at admission, not admitted unjudged."""
+    obj = with_identity(example("qwen3-8b-ngram.yaml"), "uid-cm")
+    config = obj["spec"]["target"].pop("config")
+    obj["spec"]["target"]["configMapRef"] = {"name": "qwen3-config"}
+    obj["spec"]["parallelism"] = {"tensorParallelSize": 5}
+    response = await emulator.post(f"/api/v1/namespaces/{NS}/configmaps", json={
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "qwen3-config", "namespace": NS},
+        "data": {"config.json": json.dumps(config)}})
+    assert response.status in (200, 201), await response.text()
+    verdict, _ = await review(webhook_url, tls_dir, obj)
+    assert verdict["allowed"] is False and "allowed: 1, 2, 4, 8" in verdict["status"]["message"], verdict

@@ -190,11 +190,16 @@ async def answer_review(request: web.Request, memo: Any) -> web.Response:
 
 class ReviewServer(kopf.WebhookServer):
     """kopf's HTTPS server (TLS, certificate reload), answering with `answer_review`: kopf's
-    own admission function (the `fn` it passes) is not used, for the reasons in the module's doc."""
+    own admission function (the `fn` it passes) is not called, for the reasons in the module's
+    doc; only the operator's memo (its client and CPU pool) is taken from it."""
 
-    def __init__(self, *args: Any, memo: Any = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.memo = memo
+    memo: Any = None
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        # kopf binds the memo into its admission function (functools.partial, `memobase`).
+        self.memo = getattr(fn, "keywords", {}).get("memobase")
+        async for client_config in super().__call__(fn):
+            yield client_config
 
     async def _serve(self, fn: Any, request: web.Request) -> web.Response:  # type: ignore[override]
         return await answer_review(request, self.memo)
@@ -210,15 +215,14 @@ def enabled() -> bool:
     return bool(PORT.get_int())
 
 
-def server_from_env(memo: Any = None) -> Any:
+def server_from_env() -> Any:
     """The review server on $SPECDEPLOY_WEBHOOK_PORT with the certificate in
-    $SPECDEPLOY_WEBHOOK_CERT_DIR; a server that listens nowhere when the port is not set.
-    `memo`: the operator's, for its API client (ConfigMap lookups) and CPU pool."""
+    $SPECDEPLOY_WEBHOOK_CERT_DIR; a server that listens nowhere when the port is not set."""
     port = PORT.get_int()
     if not port:
         return _disabled
     cert_dir = Path(os.environ.get(CERT_DIR_ENV, "/tls"))
-    return ReviewServer(addr="0.0.0.0", port=port, certfile=str(cert_dir / "tls.crt"), pkeyfile=str(cert_dir / "tls.key"), memo=memo)
+    return ReviewServer(addr="0.0.0.0", port=port, certfile=str(cert_dir / "tls.crt"), pkeyfile=str(cert_dir / "tls.key"))
 
 
 def warm_up() -> None:
@@ -228,10 +232,10 @@ def warm_up() -> None:
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
-    """Serve reviews from start-up, with the operator's memo (its client and CPU pool)."""
+    """Serve reviews from start-up, when the chart enables the webhook."""
 
     @kopf.on.startup(registry=registry)
-    async def serve_reviews(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        settings.admission.server = server_from_env(memo)
+    async def serve_reviews(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.admission.server = server_from_env()
         if enabled():
             warm_up()
