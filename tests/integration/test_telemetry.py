@@ -11,7 +11,7 @@ import copy
 from typing import Any, Iterator
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from specdeploy.render.labels import labels
 from tests.conftest import load_config
@@ -43,6 +43,14 @@ class FakeVllmMetrics:
         self.k = k
         for c in (self.drafts, self.draft_tokens, self.accepted):
             c.labels("m", "0")
+        # vLLM's running-requests gauge (v1/metrics/loggers.py), registered only when a test sets a load.
+        self.running: Gauge | None = None
+
+    def set_running(self, requests: int) -> None:
+        if self.running is None:
+            self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+                                 ["model_name", "engine"], registry=self.registry)
+        self.running.labels("m", "0").set(requests)
 
     def step(self, drafts: int, accepted_lengths: list[int]) -> None:
         """`drafts` drafts of k tokens; accepted_lengths[j] of them had their first j+1 accepted (exclusive counts)."""
@@ -378,3 +386,41 @@ async def test_an_auto_k_rollout_that_stalls_is_cut_off_at_the_budget_and_starve
     await eventually(timeouts, what="the ReconcileTimeout Event")
     assert len(timeouts()) == 1 and timeouts()[0]["type"] == "Warning"
     assert not [e for e in cluster.events() if e.get("reason") == "ReconcileTimeout" and e["involvedObject"]["name"] == "bystander"]
+
+
+async def test_load_past_the_crossover_turns_speculation_effective_false_and_auto_k_follows_the_load(
+    fast_telemetry: None, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    import json
+
+    from specdeploy.telemetry import Counters, analyse
+    from specdeploy.telemetry.load import analyse_load
+
+    from .test_operator import LLAMA, args_of, flag
+
+    metrics, port = vllm_metrics
+    doc = copy.deepcopy(LLAMA)  # Llama-3.1-8B + EAGLE-3 on one H100
+    doc["spec"]["draft"]["numSpeculativeTokens"] = "auto"
+    name = await _serving(cluster, doc, "uid-load", port)
+    metrics.set_running(700)  # vLLM reports 700 running requests at every scrape
+    await eventually(lambda: metrics.requests >= 1, what="a first scrape")
+    metrics.step(drafts=1000, accepted_lengths=[90, 81, 729])  # strong acceptance: per position .9, .81, .729
+    speculation = await eventually(lambda: _speculation(cluster, name).get("numSpeculativeTokensChangedAt") and _speculation(cluster, name),
+                                   what="auto k moved for the load")
+    # What the cost model picks for this plan, these counters and that load, computed here from the same functions.
+    plan = cluster.sd(name)["status"]["plan"]
+    counters = Counters(1000, 3000, 900 + 810 + 729, (900, 810, 729))
+    load = analyse_load(analyse(counters, method="eagle3", cost=0.0, k=3), plan, [700])
+    assert load.crossover is not None and load.crossover < 700
+    assert load.k_at(700) == 0  # past the crossover no k pays: auto runs the least it can
+    assert speculation["numSpeculativeTokens"] == 1
+    assert "for the typical batch of 700 running requests" in speculation["numSpeculativeTokensReason"]
+    assert speculation["crossoverBatchSize"] == load.crossover
+    assert speculation["observedLoad"]["typicalBatchSize"] == 700
+    assert speculation["observedLoad"]["recommendedNumSpeculativeTokens"] == 0
+    condition = next(c for c in cluster.sd(name)["status"]["conditions"] if c["type"] == "SpeculationEffective")
+    assert condition["status"] == "False" and condition["reason"] == "NoSpeedupAtLoad"
+    assert "past the crossover" in condition["message"] and "of the throughput" in condition["message"]
+    await eventually(lambda: any(e.get("reason") == "NoSpeedupAtLoad" for e in cluster.events()), what="a NoSpeedupAtLoad Warning")
+    await eventually(lambda: json.loads(flag(args_of(cluster.get(DEPLOYMENT, name)), "--speculative-config"))["num_speculative_tokens"] == 1,
+                     what="the Deployment rendering k 1")

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from specdeploy.controller.scrape import ScrapeError, owned_pods, read_metrics, session
-from specdeploy.telemetry.metrics import MetricsError, parse_counters
+from specdeploy.telemetry.metrics import RUNNING, MetricsError, parse_counters, parse_sample
 
 
 def _obj(kind: str, uid: str, owner: tuple[str, str] | None = None, controller: bool = True) -> dict[str, Any]:
@@ -40,8 +40,15 @@ def test_a_leaderworkersets_pods_are_those_of_its_leader_statefulset() -> None:
 
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "-1"])
 def test_a_counter_that_is_not_a_finite_count_is_refused_by_name(value: str) -> None:
-    with pytest.raises(MetricsError, match="vllm:spec_decode_num_drafts_total is .*: a counter is a finite number >= 0"):
+    with pytest.raises(MetricsError, match="vllm:spec_decode_num_drafts_total is .*: a count is a finite number >= 0"):
         parse_counters(f'vllm:spec_decode_num_drafts_total{{engine="0"}} {value}\n')
+
+
+def test_a_running_requests_gauge_that_is_not_a_finite_count_is_refused() -> None:
+    text = ('vllm:spec_decode_num_drafts_total{engine="0"} 10\n'
+            f'{RUNNING}{{engine="0"}} NaN\n')
+    with pytest.raises(MetricsError, match=f"{RUNNING} is nan: a count is a finite number >= 0"):
+        parse_sample(text)
 
 
 def test_a_draft_position_beyond_any_k_is_refused() -> None:

@@ -67,6 +67,7 @@ class Reason:
     NOT_ENOUGH_DRAFTS = "NotEnoughDrafts"
     ACCEPTANCE_COLLAPSED = "AcceptanceCollapsed"
     NO_SPEEDUP = "NoSpeedup"
+    NO_SPEEDUP_AT_LOAD = "NoSpeedupAtLoad"  # the typical observed batch is past the crossover (telemetry/load.py)
     EFFECTIVE = "Effective"
     # Events only (no condition carries it)
     SPECULATIVE_TOKENS_CHANGED = "SpeculativeTokensChanged"

@@ -56,6 +56,31 @@ class KPrediction(SpecModel):
     extrapolated: bool = Field(False, description="k lies beyond the positions vLLM counted; its acceptance is extrapolated conservatively.")
 
 
+class BatchSizePrediction(SpecModel):
+    """The cost model's pick for one batch size (sequences decoding together on one replica)."""
+
+    batch_size: int = Field(ge=1, description="Running sequences per replica.")
+    recommended_num_speculative_tokens: int = Field(ge=0, description="The k with the highest predicted throughput at this batch size; 0: serving without speculation is faster.")
+    predicted_speedup: float = Field(description="Predicted throughput at that k over serving without speculation (1.0 when k is 0).")
+
+
+class BatchSizeShare(SpecModel):
+    batch_size: int = Field(ge=1, description="Upper bound of the power-of-two bucket (readings above the previous bound up to this one).")
+    share: float = Field(ge=0, le=1, description="Share of the readings in this bucket.")
+
+
+class ObservedLoad(SpecModel):
+    """The batch sizes the serving ran, from vllm:num_requests_running, over the same window as the acceptance."""
+
+    samples: int = Field(ge=0, description="Readings (one per engine per scrape) with at least one running request.")
+    typical_batch_size: float = Field(ge=0, description="The median reading: the batch most decoding steps ran at.")
+    p90_batch_size: float = Field(ge=0, description="The 90th percentile reading.")
+    max_batch_size: float = Field(ge=0, description="The largest reading.")
+    distribution: list[BatchSizeShare] = Field(default_factory=list, max_length=32, description="Readings per power-of-two bucket.")
+    recommended_num_speculative_tokens: int | None = Field(None, ge=0, description="The cost model's k at the typical batch size (0: speculation off is faster).")
+    predicted_speedup: float | None = Field(None, description="Predicted throughput of the k in force at the typical batch size, over serving without speculation.")
+
+
 class SpeculationStatus(SpecModel):
     """Acceptance as vLLM counted it on the serving pods, over a sliding window, and what
     the goodput model makes of it. Written only when the counters move."""
@@ -78,6 +103,10 @@ class SpeculationStatus(SpecModel):
     num_speculative_tokens: int | None = Field(None, ge=1, description="The k in force (with numSpeculativeTokens: auto, the operator's choice).")
     num_speculative_tokens_reason: str | None = Field(None, description="Why that k is in force.", max_length=1024)
     num_speculative_tokens_changed_at: str | None = Field(None, description="When auto mode last changed k (it changes k at most once an hour).", max_length=64, json_schema_extra={"format": "date-time"})
+    by_batch_size: list[BatchSizePrediction] = Field(default_factory=list, max_length=32, description="The cost model's best k and speedup per batch size (powers of two up to the serving's max sequences); k never rises as the batch grows.")
+    crossover_batch_size: int | None = Field(None, ge=1, description="The smallest batch size at which no k pays: from there on serving without speculation is faster.")
+    observed_load: ObservedLoad | None = Field(None, description="The batch sizes vLLM reported running over the window, and the cost model's verdict there.")
+    cost_model: str | None = Field(None, description="What the cost model assumed: GPU roofline, context per sequence, acceptance source; or why it could not run.", max_length=1024)
 
 
 class SpeculativeDeploymentStatus(SpecModel):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import datetime
 import logging
 import threading
@@ -37,11 +38,14 @@ from specdeploy.controller.offload import reconcile_budget
 from specdeploy.controller.reconcile import Reconciler
 from specdeploy.controller.scrape import MAX_BYTES, TIMEOUT_S, ScrapeError, list_owned_pods, read_metrics, session
 from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL
-from specdeploy.telemetry import Counters, Window, analyse, parse_counters
+from specdeploy.telemetry import Window, analyse
+from specdeploy.telemetry.cost import CostModelError
+from specdeploy.telemetry.load import LoadAnalysis, analyse_load, verdict_at_load
 from specdeploy.telemetry.auto_k import KChange, decide_k
-from specdeploy.telemetry.metrics import MetricsError
+from specdeploy.telemetry.metrics import MetricsError, Sample, parse_sample
 from specdeploy.telemetry.model import Analysis, draft_cost
-from specdeploy.telemetry.report import speculation_status
+from specdeploy.telemetry.report import load_summary, speculation_status
+from specdeploy.telemetry.window import LoadWindow
 
 INTERVAL_ENV = "SPECDEPLOY_TELEMETRY_INTERVAL_S"
 WINDOW_ENV = "SPECDEPLOY_TELEMETRY_WINDOW_S"
@@ -55,10 +59,10 @@ _K_FINDINGS = ("k-auto", "k-default")  # the plan's word on why k is what it is
 
 
 
-def _parse(body: bytes) -> tuple[Counters | None, str | None]:
-    """Counters from a /metrics body, or why not (the pod is skipped with that reason)."""
+def _parse(body: bytes) -> tuple[Sample | None, str | None]:
+    """The sample of a /metrics body, or why not (the pod is skipped with that reason)."""
     try:
-        return parse_counters(body.decode("utf-8", errors="replace")), None
+        return parse_sample(body.decode("utf-8", errors="replace")), None
     except MetricsError as exc:
         return None, str(exc)
 
@@ -134,6 +138,10 @@ class _Tracked:
     # A k rollout whose reconcile did not finish (over budget, an API error): the next scrape
     # runs it again (kopf does not: the spec did not change).
     owed: Callable[[], Awaitable[None]] | None = None
+    load: LoadWindow = field(init=False)  # batch sizes over the same window as the counters
+
+    def __post_init__(self) -> None:
+        self.load = LoadWindow(self.window.seconds)
 
 
 class Telemetry:
@@ -193,11 +201,15 @@ class Telemetry:
             return None
         cost, cost_source = draft_cost(plan.get("method", ""), plan)
         analysis = analyse(tracked.window.increase(now_s), method=plan.get("method"), cost=cost, cost_source=cost_source, k=k)
+        load, load_status = _at_load(analysis, plan, tracked.load.batch_sizes(now_s))
+        if load is not None:
+            analysis = dataclasses.replace(analysis, verdict=verdict_at_load(analysis, load))
         change = None
         if _spec_k(body) == "auto" and k:
             previous = status.get("speculation") or {}
-            change = decide_k(analysis, current_k=k, last_change_s=_seconds(previous.get("numSpeculativeTokensChangedAt")), now_s=now_s)
-        patch = await self._write(body, status, analysis, read, skipped, now_s, change)
+            change = decide_k(analysis, current_k=k, last_change_s=_seconds(previous.get("numSpeculativeTokensChangedAt")), now_s=now_s,
+                              load=load)
+        patch = await self._write(body, status, analysis, read, skipped, now_s, change, load_status)
         if change is not None:
             await self._roll_out(tracked, namespace, name, change, old_k=k)
         return patch
@@ -272,15 +284,17 @@ class Telemetry:
 
             results = await asyncio.gather(*(read_one(url) for _, url in wanted))
         moved, read = False, 0
-        for (pod, _), (counters, why) in zip(wanted, results):
-            if counters is None:
+        for (pod, _), (sample, why) in zip(wanted, results):
+            if sample is None:
                 skipped.append((pod, why or "unreadable"))
                 continue
+            counters = sample.counters
             if tracked.k and counters.num_speculative_tokens != tracked.k:
                 skipped.append((pod, f"runs k={counters.num_speculative_tokens}, the plan k={tracked.k} (rolling out)"))
                 continue
             read += 1
             moved = tracked.window.observe(pod, now_s, counters) or moved
+            tracked.load.observe(now_s, sample.running)
         self._log_skips(tracked, namespace, skipped)
         return moved, sorted(skipped), read
 
@@ -294,14 +308,16 @@ class Telemetry:
         tracked.skip_logged = now
 
     async def _write(self, body: Mapping[str, Any], status: dict[str, Any], analysis: Analysis, read: int,
-               skipped: list[tuple[str, str]], now_s: float, change: KChange | None = None) -> dict[str, Any] | None:
+               skipped: list[tuple[str, str]], now_s: float, change: KChange | None = None,
+               load_status: dict[str, Any] | None = None) -> dict[str, Any] | None:
         meta = body["metadata"]
         previous = status.get("speculation") or {}
         now = _utc(now_s)
         auto = _spec_k(body) == "auto"
         speculation = speculation_status(analysis, window_s=self.window_s, observed_at=now, pods=read, skipped=skipped,
                                          k_reason=_k_reason(body, previous),
-                                         k_changed_at=previous.get("numSpeculativeTokensChangedAt") if auto else None)
+                                         k_changed_at=previous.get("numSpeculativeTokensChangedAt") if auto else None,
+                                         load=load_status)
         if change is not None:  # the k in force from now on: the reconcile reads it from here
             speculation.update(numSpeculativeTokens=change.k, numSpeculativeTokensReason=change.reason,
                                numSpeculativeTokensChangedAt=now)
@@ -365,7 +381,7 @@ def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
     if plan:
         memory = plan.get("memory") or {}
         slim_status["plan"] = {
-            **{k: plan[k] for k in ("method", "numSpeculativeTokens") if k in plan},
+            **{k: plan[k] for k in ("method", "numSpeculativeTokens", "compute") if k in plan},
             "memory": {k: memory[k] for k in ("targetWeightsGiB", "draftWeightsGiB") if k in memory},
         }
     if status.get("workload"):
@@ -383,6 +399,15 @@ def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
         "spec": {"draft": {"numSpeculativeTokens": _spec_k(body)}},
         "status": slim_status,
     }
+
+
+def _at_load(analysis: Analysis, plan: Mapping[str, Any], batch_sizes: list[float]) -> tuple[LoadAnalysis | None, dict[str, Any]]:
+    """The cost model at the observed load, and its part of status.speculation (or why it could not run)."""
+    try:
+        load = analyse_load(analysis, plan, batch_sizes)
+    except CostModelError as exc:
+        return None, {"costModel": str(exc)}
+    return load, load_summary(load, analysis.k)
 
 
 def _spec_k(body: Mapping[str, Any]) -> Any:
