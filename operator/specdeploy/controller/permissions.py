@@ -55,7 +55,17 @@ PERMISSIONS: tuple[Permission, ...] = (
 SECRETS_PERMISSION = Permission("", "secrets", ("get",))
 
 
-def allows(api_group: str, resource: str, verb: str, *, with_secrets: bool = True) -> bool:
+# When the operator keeps the webhook's certificate (the chart without cert-manager,
+# controller/certificates.py): its Secret in the release namespace and the caBundle of its
+# ValidatingWebhookConfiguration. The chart narrows get/patch to those names.
+WEBHOOK_CERTIFICATE_PERMISSIONS: tuple[Permission, ...] = (
+    Permission("", "secrets", ("get", "create", "patch")),
+    Permission("admissionregistration.k8s.io", "validatingwebhookconfigurations", ("get", "patch")),
+)
+
+
+def allows(api_group: str, resource: str, verb: str, *, with_secrets: bool = True, with_webhook_certificate: bool = False) -> bool:
     """True when the declared permissions cover this call (used by the client layer)."""
-    rules = PERMISSIONS + ((SECRETS_PERMISSION,) if with_secrets else ())
+    rules = (PERMISSIONS + ((SECRETS_PERMISSION,) if with_secrets else ())
+             + (WEBHOOK_CERTIFICATE_PERMISSIONS if with_webhook_certificate else ()))
     return any(p.api_group == api_group and p.resource == resource and verb in p.verbs for p in rules)

@@ -24,6 +24,8 @@ import asyncio
 import json
 import logging
 import os
+import ssl
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,25 +219,74 @@ def enabled() -> bool:
 
 def server_from_env() -> Any:
     """The review server on $SPECDEPLOY_WEBHOOK_PORT with the certificate in
-    $SPECDEPLOY_WEBHOOK_CERT_DIR; a server that listens nowhere when the port is not set."""
+    $SPECDEPLOY_WEBHOOK_CERT_DIR, reloaded when it changes; a server that listens nowhere when
+    the port is not set."""
     port = PORT.get_int()
     if not port:
         return _disabled
-    cert_dir = Path(os.environ.get(CERT_DIR_ENV, "/tls"))
-    return ReviewServer(addr="0.0.0.0", port=port, certfile=str(cert_dir / "tls.crt"), pkeyfile=str(cert_dir / "tls.key"))
+    return ReloadingWebhookServer(port, Path(os.environ.get(CERT_DIR_ENV, "/tls")))
+
+
+# How often the certificate files are compared with the ones served: the kubelet refreshes a
+# Secret's volume within about a minute of a cert-manager renewal.
+CERT_CHECK_S = Number("SPECDEPLOY_WEBHOOK_CERT_CHECK_S", 10.0, minimum=0, exclusive=True)
+
+
+# Set while this replica's webhook server listens (readiness waits for it: controller/metrics.py).
+SERVING = threading.Event()
+
+
+class ReloadingWebhookServer:
+    """The review server (kopf's `WebhookServer` answering with `answer_review`) over an SSL context whose certificate is loaded again when
+    tls.crt or tls.key change on disk (a renewal that does not roll the pods). New connections
+    get the new certificate; the server is never restarted. Until both files exist (a Secret
+    volume filled after the pod started) the server waits instead of failing."""
+
+    def __init__(self, port: int, cert_dir: Path) -> None:
+        self.port = port
+        self.certfile, self.pkeyfile = cert_dir / "tls.crt", cert_dir / "tls.key"
+
+    def _pair(self) -> tuple[bytes, bytes] | None:
+        try:
+            return self.certfile.read_bytes(), self.pkeyfile.read_bytes()
+        except OSError:
+            return None
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        served = self._pair()
+        if served is None:
+            logger.info("Waiting for the webhook certificate in %s", self.certfile.parent)
+        while served is None:
+            await asyncio.sleep(CERT_CHECK_S.get())
+            served = self._pair()
+        context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
+        server = ReviewServer(addr="0.0.0.0", port=self.port, context=context,
+                                    certfile=str(self.certfile), pkeyfile=str(self.pkeyfile))
+        watcher = asyncio.create_task(self._reload_on_change(context, served), name="specdeploy-webhook-cert")
+        try:
+            async for client_config in server(fn):  # the first comes once the socket listens
+                SERVING.set()
+                yield client_config
+        finally:
+            SERVING.clear()
+            watcher.cancel()
+
+    async def _reload_on_change(self, context: ssl.SSLContext, served: tuple[bytes, bytes]) -> None:
+        while True:
+            await asyncio.sleep(CERT_CHECK_S.get())
+            current = self._pair()
+            if current is None or current == served:
+                continue
+            try:
+                context.load_cert_chain(str(self.certfile), str(self.pkeyfile))
+            except (ssl.SSLError, OSError) as exc:  # a half-written pair: the next check retries
+                logger.warning("Could not load the renewed webhook certificate: %s", exc)
+                continue
+            served = current
+            logger.info("Serving the renewed webhook certificate from %s", self.certfile)
 
 
 def warm_up() -> None:
     """Import what a verdict needs at start-up, so the first review answers within 1 s."""
     import specdeploy.pipeline  # noqa: F401
     import specdeploy.planning.planner  # noqa: F401
-
-
-def register(registry: kopf.OperatorRegistry) -> None:
-    """Serve reviews from start-up, when the chart enables the webhook."""
-
-    @kopf.on.startup(registry=registry)
-    async def serve_reviews(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.admission.server = server_from_env()
-        if enabled():
-            warm_up()
