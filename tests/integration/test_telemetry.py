@@ -79,25 +79,51 @@ def vllm_metrics() -> Iterator[tuple[FakeVllmMetrics, int]]:
         yield metrics, port
 
 
-def _pod(sd_name: str, pod: str, port: int, ready: bool = True, ip: str | None = "127.0.0.1") -> dict[str, Any]:
+def _pod(sd_name: str, pod: str, port: int, ready: bool = True, ip: str | None = "127.0.0.1",
+         owner_uid: str | None = None) -> dict[str, Any]:
+    """A pod with the CR's labels; owned (as the ReplicaSet controller makes it) when owner_uid
+    names a ReplicaSet: the scraper reads only owned pods."""
     status: dict[str, Any] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
     if ip:
         status["podIP"] = ip
+    meta: dict[str, Any] = {"name": pod, "namespace": NS, "labels": labels(sd_name)}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{sd_name}-5d8f", "uid": owner_uid,
+                                    "controller": True}]
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod, "namespace": NS, "labels": labels(sd_name)},
+        "apiVersion": "v1", "kind": "Pod", "metadata": meta,
         "spec": {"containers": [{"name": "vllm", "image": "vllm", "ports": [{"name": "http", "containerPort": port}]}]},
         "status": status,
     }
 
 
+async def replica_set(cluster: Cluster, name: str) -> str:
+    """The ReplicaSet the Deployment controller would make for the CR's Deployment (kmock runs
+    no controllers): its uid is what the pods' ownerReference must name."""
+    deployment = cluster.get(DEPLOYMENT, name)
+    meta = deployment["metadata"]
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+          "metadata": {"name": f"{meta['name']}-5d8f", "namespace": NS, "labels": labels(name),
+                       "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
+                                            "uid": meta["uid"], "controller": True}]},
+          "spec": {"selector": deployment["spec"]["selector"], "template": deployment["spec"]["template"]}}
+    response = await cluster.k.post(f"/apis/apps/v1/namespaces/{NS}/replicasets", json=rs)
+    assert response.status in (200, 201), await response.text()
+    return str((await response.json())["metadata"]["uid"])
+
+
+async def add_pod(cluster: Cluster, pod: dict[str, Any]) -> None:
+    response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=pod)
+    assert response.status in (200, 201), await response.text()
+
+
 async def _serving(cluster: Cluster, doc: dict[str, Any], uid: str, port: int, bystander: bool = True) -> str:
     name = await created(cluster, doc, uid)
     await cluster.patch_status(DEPLOYMENT, name, {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1})
-    pods = [_pod(name, f"{name}-0", port), _pod(name, f"{name}-1", port, ready=False)]
+    owner = await replica_set(cluster, name)
+    pods = [_pod(name, f"{name}-0", port, owner_uid=owner), _pod(name, f"{name}-1", port, ready=False, owner_uid=owner)]
     for pod in pods + ([_pod("someone-else", "other-0", 1)] if bystander else []):
-        response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=pod)
-        assert response.status in (200, 201), await response.text()
+        await add_pod(cluster, pod)
     return name
 
 
@@ -196,8 +222,8 @@ async def test_a_pod_without_metrics_is_skipped_with_the_reason(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed_port = s.getsockname()[1]
-    response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=_pod(name, f"{name}-2", closed_port))
-    assert response.status in (200, 201)
+    owner = cluster.get(POD_RESOURCE, f"{name}-0")["metadata"]["ownerReferences"][0]["uid"]
+    await add_pod(cluster, _pod(name, f"{name}-2", closed_port, owner_uid=owner))
     await eventually(lambda: metrics.requests >= 1, what="a first scrape")
     metrics.step(drafts=200, accepted_lengths=[50, 50, 50])
     spec = await eventually(lambda: _speculation(cluster, name).get("drafts") == 200 and _speculation(cluster, name), what="status.speculation")

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from specdeploy.api.names import QUALIFIED_NAME_RULE, is_dns1123_subdomain, is_label_value, qualified_name_problem
 from specdeploy.vllm import DEFAULT_IMAGE
 from specdeploy.vllm.methods import METHODS as METHOD_TABLE
 from specdeploy.vllm.methods import Method as SpeculativeMethod
@@ -248,6 +249,58 @@ class SchedulingSpec(SpecModel):
     affinity: dict[str, Any] | None = Field(None, description="Pod affinity (a Kubernetes Affinity object).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     priority_class_name: str | None = Field(None, description="PriorityClass of the vLLM pods.", max_length=253)
     runtime_class_name: str | None = Field(None, description="RuntimeClass of the vLLM pods (e.g. nvidia).", max_length=253)
+
+    # What the pod spec takes of these, checked here: passed through unchecked, a bad value
+    # was a spec the operator accepted and a Deployment the API server refused.
+    @field_validator("node_selector")
+    @classmethod
+    def _node_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            why = qualified_name_problem(key)
+            if why:
+                raise ValueError(f"{key!r} is not a label key: {why}")
+            if not is_label_value(label):
+                raise ValueError(f"{key}: {label[:80]!r} is not a label value (at most 63 characters; {QUALIFIED_NAME_RULE}, or empty)")
+        return value
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from kubernetes.client.models.v1_toleration import V1Toleration  # the Kubernetes type, strict (pydantic)
+
+        for index, item in enumerate(value):
+            _as_kubernetes(V1Toleration, item, f"[{index}]")
+        return value
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from kubernetes.client.models.v1_affinity import V1Affinity
+
+        if value is not None:
+            _as_kubernetes(V1Affinity, value, "")
+        return value
+
+    @field_validator("priority_class_name", "runtime_class_name")
+    @classmethod
+    def _object_name(cls, value: str | None) -> str | None:
+        if value and not is_dns1123_subdomain(value):  # empty: unset (the pod does not carry it)
+            raise ValueError(f"{value[:80]!r} is not an object name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.')")
+        return value
+
+
+def _as_kubernetes(model: Any, value: Any, where: str) -> None:
+    """Raise a ValueError naming the first field of `value` that the Kubernetes type refuses
+    (an unknown field, a wrong type), as the API server would refuse the pod."""
+    from pydantic import ValidationError
+
+    try:
+        model.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(p) for p in first["loc"])
+        what = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ValueError(f"{where}{'.' if where and path else ''}{path}: {what} (a Kubernetes {model.__name__[2:]})") from None
 
 
 IntOrPercent = Union[int, str]

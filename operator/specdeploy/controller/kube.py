@@ -96,6 +96,8 @@ KINDS: dict[str, Kind] = {
     "ConfigMap": Kind("", "v1", "configmaps"),
     "Secret": Kind("", "v1", "secrets"),
     "Pod": Kind("", "v1", "pods"),
+    "ReplicaSet": Kind("apps", "v1", "replicasets"),
+    "StatefulSet": Kind("apps", "v1", "statefulsets"),
     "Event": Kind("", "v1", "events"),
     "SpeculativeDeployment": Kind(API_GROUP, API_VERSION, PLURAL),
     "ValidatingWebhookConfiguration": Kind("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"),

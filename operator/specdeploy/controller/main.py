@@ -268,7 +268,6 @@ async def stop_keeping_webhook_certificate(memo: kopf.Memo, **_: Any) -> None:
 front = kopf.OperatorRegistry()
 kopf.on.login(registry=front)(login)
 kopf.on.cleanup(registry=front)(close)
-webhook.register(front)
 
 
 def _never() -> bool:

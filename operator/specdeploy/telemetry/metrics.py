@@ -7,11 +7,13 @@ The names are vLLM's (`specdeploy.vllm.spec_decode_metrics`); each is exposed wi
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specdeploy.api.spec import MAX_NUM_SPECULATIVE_TOKENS
 from specdeploy.vllm.spec_decode_metrics import ACCEPTED_PER_POSITION, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, POSITION_LABEL
 
 
@@ -90,7 +92,8 @@ class Counters:
 def parse_counters(text: str) -> Counters:
     """The spec-decode counters of one /metrics text, summed over engines.
 
-    Raises MetricsError when the text does not parse or speculative decoding is off (vLLM
+    Raises MetricsError when the text does not parse, a counter is not finite and >= 0 (NaN
+    or Inf would poison every rate of the window), or speculative decoding is off (vLLM
     registers these counters only when a speculative config is set)."""
     totals: dict[str, float] = defaultdict(float)
     per_position: dict[int, float] = defaultdict(float)
@@ -98,16 +101,22 @@ def parse_counters(text: str) -> Counters:
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:  # by sample name: a text without # TYPE lines has no families
-                if sample.name == ACCEPTED_PER_POSITION + "_total":
-                    per_position[int(sample.labels[POSITION_LABEL])] += sample.value
-                elif sample.name in _TOTALS:
-                    totals[sample.name.removesuffix("_total")] += sample.value
-                elif sample.name in _LENGTHS:
+                if sample.name != ACCEPTED_PER_POSITION + "_total" and sample.name not in _TOTALS and sample.name not in _LENGTHS:
+                    continue
+                _check_count(sample.name, sample.value)
+                if sample.name in _LENGTHS:
                     totals[sample.name] += sample.value
                     continue
+                if sample.name == ACCEPTED_PER_POSITION + "_total":
+                    position = int(sample.labels[POSITION_LABEL])
+                    if not 0 <= position < MAX_NUM_SPECULATIVE_TOKENS:  # k is one of 1..64: no 10**9-long tuple
+                        raise MetricsError(f"{POSITION_LABEL}={position}: a draft position is from 0 to {MAX_NUM_SPECULATIVE_TOKENS - 1}")
+                    per_position[position] += sample.value
                 else:
-                    continue
+                    totals[sample.name.removesuffix("_total")] += sample.value
                 seen = True
+    except MetricsError:
+        raise
     except (ValueError, KeyError, TypeError) as exc:
         raise MetricsError(f"not a Prometheus metrics text: {exc}") from exc
     if not seen:
@@ -129,7 +138,16 @@ class Sample:
 
 
 def parse_sample(text: str) -> Sample:
-    """parse_counters plus the running-requests gauge (absent: no load reading)."""
-    counters = parse_counters(text)
+    """parse_counters plus the running-requests gauge (absent: no load reading); a gauge that
+    is not a finite count is refused like a counter."""
+    counters = parse_counters(text)  # the text parses: the second pass below cannot fail
     running = [s.value for family in text_string_to_metric_families(text) for s in family.samples if s.name == RUNNING]
+    for value in running:
+        _check_count(RUNNING, value)
     return Sample(counters, tuple(running))
+
+
+def _check_count(name: str, value: float) -> None:
+    """NaN or Inf would poison every rate and average of the window: the pod is skipped."""
+    if not math.isfinite(value) or value < 0:
+        raise MetricsError(f"{name} is {value}: a count is a finite number >= 0")
