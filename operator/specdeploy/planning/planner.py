@@ -111,8 +111,9 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
 
 def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
             tp: int, draft_tp: int | None, pp: int, max_model_len: int, k: int) -> MemoryEstimate:
-    caches = layer_caches(spec.draft.method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
-    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k)
+    method = spec.draft.method
+    caches = layer_caches(method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
+    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k, method, pp)
     return MemoryEstimate(
         gpu_memory_gib=gpu_gib,
         budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
