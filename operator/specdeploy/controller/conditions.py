@@ -11,7 +11,8 @@ from specdeploy.api.status import CONDITION_TYPES, Condition
 
 
 # Progressing reasons that mean the operator cannot make progress on its own (kstatus Stalled).
-STUCK_REASONS = frozenset({"ApplyFailed", "InvalidChildNames", "ReconcileError"})
+# PreflightHeld: spec.preflight.mode Required and the preflight Job could not run.
+STUCK_REASONS = frozenset({"ApplyFailed", "InvalidChildNames", "ReconcileError", "PreflightHeld"})
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ def ready_verdict(verdicts: dict[str, Verdict], workload: WorkloadState | None) 
     if progressing is not None and progressing.status == "False" and progressing.reason in STUCK_REASONS:
         return Verdict("False", progressing.reason, progressing.message)
     if workload is None:
+        if progressing is not None and progressing.status == "True" and progressing.reason != "Creating":
+            return Verdict("Unknown", progressing.reason, progressing.message)  # e.g. waiting for the preflight
         return Verdict("Unknown", "Creating", "the workload is being created")
     if workload.rolled_out and workload.desired > 0:
         return Verdict("True", "Serving", verdicts["Available"].message)

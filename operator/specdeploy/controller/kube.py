@@ -92,6 +92,7 @@ KINDS: dict[str, Kind] = {
     "ConfigMap": Kind("", "v1", "configmaps"),
     "Secret": Kind("", "v1", "secrets"),
     "Pod": Kind("", "v1", "pods"),
+    "Job": Kind("batch", "v1", "jobs"),
     "Event": Kind("", "v1", "events"),
     "SpeculativeDeployment": Kind(API_GROUP, API_VERSION, PLURAL),
 }

@@ -34,13 +34,17 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("leaderworkerset.x-k8s.io", "leaderworkersets", ("get", "list", "watch", "create", "patch", "delete")),
     Permission("", "services", ("get", "list", "watch", "create", "patch", "delete")),
     Permission("policy", "poddisruptionbudgets", ("get", "list", "watch", "create", "patch", "delete")),
-    # Model configs given as spec.target.configMapRef / spec.draft.configMapRef.
-    Permission("", "configmaps", ("get",)),
+    # Model configs given as spec.target.configMapRef / spec.draft.configMapRef (get); the
+    # preflight's ConfigMap (the judge, its request and the configs read), deleted once judged.
+    Permission("", "configmaps", ("get", "create", "delete")),
+    # The preflight Job (controller/preflight.py): started once per image + args + configs, read
+    # until it ends; its TTL removes it.
+    Permission("batch", "jobs", ("get", "create")),
     # Leader election (two replicas, one active): the Lease in the operator's namespace.
     # The renewal is a merge patch carrying the resourceVersion it read (controller/leader.py).
     Permission("coordination.k8s.io", "leases", ("get", "create", "patch")),
     # The serving pods: the telemetry lists them for each ready leader pod's IP and reads its
-    # /metrics there (list only: it never reads one pod by name).
+    # /metrics there; the preflight pod, for its termination message (list only: never by name).
     Permission("", "pods", ("list",)),
     # Events for warnings and meaningful condition transitions (kopf posts them to core/v1 events).
     Permission("", "events", ("create",)),

@@ -33,9 +33,12 @@ from specdeploy.controller.conditions import (
 )
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
 from specdeploy.controller.offload import BUDGET_ENV, OffLoop
+from specdeploy.controller import preflight as gate
 from specdeploy.controller import state
 from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests, StatusWriters
-from specdeploy.pipeline import ModelInputs, evaluate
+from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
+from specdeploy.planning.plan import Plan
+from specdeploy.preflight.request import judge_request
 from specdeploy.render import endpoint, invalid_names, render_manifests, selector_string
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
 from specdeploy.findings import VALIDATION_STAGES, Severity
@@ -55,7 +58,7 @@ class Result:
     status_patch: dict[str, Any]
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     retry: str | None = None  # message of a transient failure: the caller raises TemporaryError
-    retry_kind: str = "source"  # "source" | "api" | "slow": picks the backoff schedule
+    retry_kind: str = "source"  # "source" | "api" | "slow" | "preflight": picks the backoff schedule
     # Set by `write_status`: the CR as read under the lock (post Events on it) and its status
     # with the change applied.
     body: Mapping[str, Any] | None = None
@@ -116,6 +119,8 @@ def _events(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> li
             elif old is not None and old.get("status") == "True":
                 events.append(("Warning" if kind == "Available" else "Normal", cond["reason"], message))
         elif kind == "Stalled" and status == "True":
+            events.append(("Warning", cond["reason"], message))
+        elif kind == gate.PREFLIGHT and cond["reason"] == gate.COULD_NOT_RUN:
             events.append(("Warning", cond["reason"], message))
     return events
 
@@ -184,6 +189,7 @@ class Reconciler:
         if generation is not None:
             desired["observedGeneration"] = generation
         workload_live: list[dict[str, Any] | None] = []  # set when apply already read it
+        extra_events: list[tuple[str, str, str]] = []
 
         async def finish(retry_message: str | None = None, kind: str = "source", progressing: Verdict | None = None) -> Result:
             async def compute(current: Mapping[str, Any]) -> Result:
@@ -193,7 +199,7 @@ class Reconciler:
                 status = dict(current.get("status") or {})
                 before = status.get("conditions") or []
                 merged = verdicts_from(before)
-                merged.update({k: v for k, v in verdicts.items() if k in ("Validated", "Planned")})
+                merged.update({k: v for k, v in verdicts.items() if k in ("Validated", "Planned", gate.PREFLIGHT)})
                 try:
                     if workload_live:
                         live_wl = workload_live[0]
@@ -211,7 +217,7 @@ class Reconciler:
                         desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
                 conditions = merge_conditions(before, merged, now=now, generation=generation)
                 desired["conditions"] = conditions
-                events = _events(before, conditions)
+                events = _events(before, conditions) + extra_events
                 new_errors = desired.get("findings") not in (None, status.get("findings"))
                 if merged["Validated"].status == "False" and new_errors and not any(e[0] == "Warning" for e in events):
                     events.append(("Warning", merged["Validated"].reason, merged["Validated"].message))
@@ -247,11 +253,15 @@ class Reconciler:
             verdicts["Planned"] = Verdict("Unknown", "NotValidated", "the model config could not be read")
             return await finish()
 
-        # 3. evaluate (validation + plan)
+        # 3. evaluate (validation + plan), by the release a preflight found in the image if any
         k_in_force = _k_in_force(previous)
         cpu = self.offload.cpu
+        spec_body = dict(body.get("spec") or {})
+        real_version = gate.judged_version(spec, previous)
+        if real_version is not None:
+            spec, spec_body = spec.model_copy(update={"vllm_version": real_version}), {**spec_body, "vllmVersion": real_version}
         key = await self.offload.run(cpu, None, lambda: EvaluationCache.key(
-            body.get("spec"), target.config, target.weight_bytes, draft.config if draft else None,
+            spec_body, target.config, target.weight_bytes, draft.config if draft else None,
             draft.weight_bytes if draft else None, k_in_force))
         async with self.slots.released():
             evaluation = await self.evaluations.get_or_compute(key, lambda: self.offload.run(
@@ -281,7 +291,20 @@ class Reconciler:
         desired["plan"] = evaluation.plan_dict()
         retry_message = f"{stale.field}: {stale.message}" if stale is not None else None
 
-        # 4. render, check names, apply, prune
+        # 4. preflight: the image's own vLLM on the exact args, before a GPU workload
+        decision = await self._preflight(spec, plan, evaluation, target, draft, body)
+        if decision is not None:
+            verdicts[gate.PREFLIGHT] = decision.preflight
+            if decision.status is not None:
+                desired["preflight"] = decision.status
+            if decision.validated is not None:
+                verdicts["Validated"] = decision.validated
+            desired["findings"] += decision.findings
+            extra_events += decision.events
+            if not decision.proceed:
+                return await finish(decision.retry, kind="preflight", progressing=decision.progressing)
+
+        # 5. render, check names, apply, prune
         children = render_manifests(spec, plan, name=name, namespace=namespace)
         problems = invalid_names(children)
         if problems:
@@ -319,6 +342,19 @@ class Reconciler:
             endpoint=endpoint(name, namespace),
         )
         return await finish(retry_message)
+
+    async def _preflight(self, spec: SpeculativeDeploymentSpec, plan: Plan, evaluation: Evaluation, target: ModelInputs,
+                         draft: ModelInputs | None, body: Mapping[str, Any]) -> gate.Decision | None:
+        """The gate's decision; None when the operator runs no preflight (SPECDEPLOY_PREFLIGHT=false)."""
+        if not gate.enabled():
+            return None
+        if spec.preflight.mode == "Disabled":
+            return gate.disabled()
+        request = await self.offload.run(self.offload.cpu, None, lambda: judge_request(spec, plan, target.config, draft.config if draft else None))
+        meta = body["metadata"]
+        return await gate.PreflightGate(self.kube, self.logger).check(
+            spec, request, name=meta["name"], namespace=meta["namespace"], status=body.get("status") or {},
+            owner=_owner_reference(body), fast_version=evaluation.vllm_version)
 
     def failed(self, body: Mapping[str, Any], error: BaseException, *, now: str) -> Result:
         """Status for a reconcile that raised unexpectedly (a bug, not a verdict): Ready=False
