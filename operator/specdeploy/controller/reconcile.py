@@ -106,6 +106,9 @@ def _events(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> li
         if kind == "Validated" and cond["reason"] == STALE_CONFIG and (old or {}).get("reason") != STALE_CONFIG:
             events.append(("Warning", cond["reason"], message))
             continue
+        if kind == gate.PREFLIGHT and cond["reason"] == gate.COULD_NOT_RUN and (old or {}).get("reason") != gate.COULD_NOT_RUN:
+            events.append(("Warning", cond["reason"], message))  # Unknown (BestEffort) or False (Required)
+            continue
         if old is not None and old.get("status") == status:
             continue
         if kind in ("Validated", "Planned"):
@@ -119,8 +122,6 @@ def _events(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> li
             elif old is not None and old.get("status") == "True":
                 events.append(("Warning" if kind == "Available" else "Normal", cond["reason"], message))
         elif kind == "Stalled" and status == "True":
-            events.append(("Warning", cond["reason"], message))
-        elif kind == gate.PREFLIGHT and cond["reason"] == gate.COULD_NOT_RUN:
             events.append(("Warning", cond["reason"], message))
     return events
 
