@@ -1,7 +1,8 @@
 """The operator's own Prometheus metrics and its readiness, on one small HTTP server.
 
 `/metrics` (prometheus_client's exposition): reconciles by result, reconcile duration, API
-responses with an error status by verb, kind and code, and two gauges computed at scrape time
+responses with an error status by verb, kind and code, preflight refusals of specs the fast
+rules accepted by the judge's stage, and two gauges computed at scrape time
 from what the reconciles last saw: CRs by Ready status, and current findings by code and
 severity. `/readyz`: 200 once the operator has started (leader or standby), else 503.
 """

@@ -72,6 +72,8 @@ class Decision:
 
 def _record(request: JudgeRequest, job: str, outcome: Outcome) -> dict[str, Any]:
     verdict = outcome.verdict
+    # A pod that may still run (an image pull backing off, waiting for a node) is not a final
+    # outcome: recorded as Running, so the next reconcile reads the Job again.
     kind = outcome.kind if outcome.final or outcome.kind != "CouldNotRun" else "Running"
     record = {"key": request.key, "image": request.image, "job": job, "outcome": kind,
               "stage": verdict.stage if verdict else None, "message": (verdict.error if verdict and verdict.error else outcome.why) or None,
@@ -82,7 +84,8 @@ def _record(request: JudgeRequest, job: str, outcome: Outcome) -> dict[str, Any]
 def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast_version: str | None) -> Decision:
     """The gate for one outcome under `mode` (Required | BestEffort)."""
     status = _record(request, job, outcome)
-    where = f"vLLM {outcome.verdict.vllm_version if outcome.verdict else ''} in {request.image}".replace("vLLM  in", "vLLM in")
+    version = outcome.verdict.vllm_version if outcome.verdict is not None else None
+    where = f"vLLM {version} in {request.image}" if version else f"vLLM in {request.image}"
     if outcome.kind == "Passed":
         return Decision(True, Verdict("True", PASSED, f"{where} accepts the exact args (Job {job})"), status)
     if outcome.kind == "Refused":
