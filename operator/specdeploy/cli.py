@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from specdeploy.api.spec import METHODS, check_int_or_auto, draft_model_rule
 from specdeploy.controller import LOG_FORMATS
+from specdeploy.vllm.methods import methods_where
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 OUTPUTS = ("text", "json", "yaml")
@@ -135,11 +136,11 @@ def _add_validate(sub: Any) -> None:
     parser.add_argument("--gpu", type=_gpu_product, help="GPU product for the memory fit, e.g. H100-80GB (an unknown name lists the catalog)")
     parser.add_argument("--max-model-len", type=int, help="context length the KV cache must hold")
     parser.add_argument("--revision", help="Hub revision of the target")
-    from specdeploy.vllm import DEFAULT_VERSION, SUPPORTED_VERSIONS
+    from specdeploy.vllm import DEFAULT_IMAGE, DEFAULT_VERSION, SUPPORTED_VERSIONS
 
     release = parser.add_mutually_exclusive_group()
     release.add_argument("--vllm-version", help=f"the vLLM release whose rules judge (supported: {', '.join(SUPPORTED_VERSIONS)}; default {DEFAULT_VERSION})")
-    release.add_argument("--image", help="the vLLM image the pod will run; its release tag picks the rules (e.g. vllm/vllm-openai:v0.33.0)")
+    release.add_argument("--image", help=f"the vLLM image the pod will run; its release tag picks the rules (e.g. {DEFAULT_IMAGE})")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (default text)")
     parser.set_defaults(func=_validate, check=_check_draft_flag)
 
@@ -171,6 +172,7 @@ def _load_flag(ref: str, flag: str, revision: str | None = None) -> Any:
 def _validate(args: argparse.Namespace) -> int:
     from specdeploy.api.parse import parse_spec
     from specdeploy.pipeline import Evaluation, evaluate
+    from specdeploy.sources import resolve_pair
 
     draft_spec: dict[str, Any] = {"method": args.method, "tensorParallelSize": args.draft_tp}
     if args.draft:
@@ -194,8 +196,8 @@ def _validate(args: argparse.Namespace) -> int:
     if spec is None:
         evaluation = Evaluation(tuple(findings), None)
     else:
-        target = _load_flag(args.target, "--target", args.revision)
-        draft = _load_flag(args.draft, "--draft") if spec.draft.has_own_checkpoint else None
+        flags = {"spec.target": "--target", "spec.draft": "--draft"}  # the spec's models are the flags' values
+        target, draft = resolve_pair(spec, lambda source, where: _load_flag(source.model, flags[where], source.revision))
         evaluation = evaluate(spec, target, draft)
     report = evaluation.to_dict()
 
@@ -442,8 +444,9 @@ def _add_advise(sub: Any) -> None:
                     "the predicted speedup for each k and the recommended k. Exit 1 when speculation is judged "
                     "ineffective (the operator's SpeculationEffective condition would be False).")
     parser.add_argument("--metrics", required=True, help="a saved /metrics text ('-' for stdin) or the URL of a vLLM server's /metrics")
-    parser.add_argument("--method", choices=METHODS, help="the server's speculative method (dflash/dspark draft all positions in one pass; ngram/suffix cost nothing)")
-    parser.add_argument("--draft-cost", type=_non_negative, help="cost of one draft pass relative to one target step (default: 0 for ngram/suffix, else 0.1)")
+    parser.add_argument("--method", choices=METHODS, help=f"the server's speculative method ({'/'.join(methods_where(False, drafting='parallel'))} draft all positions "
+                             f"in one pass; {'/'.join(methods_where(False, drafting='lookup'))} cost nothing)")
+    parser.add_argument("--draft-cost", type=_non_negative, help=f"cost of one draft pass relative to one target step (default: 0 for {'/'.join(methods_where(False, drafting='lookup'))}, else 0.1)")
     parser.add_argument("--num-speculative-tokens", type=_positive_int, help="the k the server runs (default: the positions in the metrics)")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (default text)")
     parser.set_defaults(func=_advise)
@@ -456,8 +459,9 @@ def _advise(args: argparse.Namespace) -> int:
     import urllib.request
 
     from specdeploy.telemetry import analyse, parse_counters
-    from specdeploy.telemetry.model import DEFAULT_DRAFT_COST, LOOKUP_DRAFTERS
+    from specdeploy.telemetry.model import DEFAULT_DRAFT_COST, draft_cost
     from specdeploy.telemetry.report import summary
+    from specdeploy.vllm.methods import drafting
 
     source = args.metrics
     try:
@@ -473,8 +477,8 @@ def _advise(args: argparse.Namespace) -> int:
     counters = parse_counters(text)
     if args.draft_cost is not None:
         cost, cost_source = args.draft_cost, "given (--draft-cost)"
-    elif args.method in LOOKUP_DRAFTERS:
-        cost, cost_source = 0.0, f"{args.method} drafts by lookup, no model pass"
+    elif drafting(args.method) == "lookup":
+        cost, cost_source = draft_cost(args.method, None)
     else:
         cost, cost_source = DEFAULT_DRAFT_COST, "assumed (pass --draft-cost: draft weights per GPU / target weights per GPU)"
     analysis = analyse(counters, method=args.method, cost=cost, cost_source=cost_source, k=args.num_speculative_tokens)

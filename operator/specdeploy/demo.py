@@ -7,12 +7,16 @@ prints it with the workloads it created. The emulator stores objects but runs no
 the demo finally plays the Deployment controller's part (marks the replicas ready) to show
 the readiness mirror flipping Available and Ready. Examples with inline configs only: no
 Hub access is needed.
+
+It prints the story (the apply, the conditions, the plan, the workloads, the endpoint) and
+writes the operator's full log to a file (`--log`, default specdeploy-demo.log).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -23,6 +27,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,7 @@ from specdeploy.render.labels import service_name
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_EXAMPLE = ROOT / "examples" / "llama-3.1-8b-eagle3.yaml"
+DEFAULT_LOG = Path("specdeploy-demo.log")
 NAMESPACE = "default"
 LWS_RESOURCE = "leaderworkerset.x-k8s.io/v1/leaderworkersets"
 SD_RESOURCE = f"{API_GROUP}/{API_VERSION}/{PLURAL}"
@@ -155,9 +161,9 @@ async def _drive(emulator: Any, kubeconfig: Path, docs: list[dict[str, Any]], sd
     """Apply the example with kubectl, wait for the operator, print what it did."""
     import kmock
 
-    if not await asyncio.to_thread(ready.wait, 30):
+    if not await asyncio.to_thread(ready.wait, timeout):
         raise RuntimeError("the operator did not start")
-    await _wait(lambda: any(r.action == kmock.action.WATCH and r.resource == kmock.resource(SD_RESOURCE) for r in list(emulator)), 30, "the operator's watch")
+    await _wait(lambda: any(r.action == kmock.action.WATCH and r.resource == kmock.resource(SD_RESOURCE) for r in list(emulator)), timeout, "the operator's watch")
     print(f"==> operator running (specdeploy run --namespace {NAMESPACE})")
 
     manifest = yaml.safe_dump_all([_with_identity(d) for d in docs], sort_keys=False)
@@ -239,26 +245,25 @@ def _print_child(obj: dict[str, Any]) -> None:
         print(f"    maxUnavailable={spec['maxUnavailable']}")
 
 
-class _EmulatorNoise(logging.Filter):
-    """Drop log lines that only describe the emulator's gaps: it cannot generateName, so
-    every kopf Event after the first collides (a real apiserver names them)."""
-
-    NOISE = ("Failed to post an event", "OS signals are ignored")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.getMessage()).startswith(self.NOISE)
-
-
 def main(argv: list[str] | None = None) -> int:
-    handler = logging.StreamHandler()
-    handler.addFilter(_EmulatorNoise())
-    handler.setFormatter(logging.Formatter("  [operator] %(levelname)s %(message)s"))
-    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     parser = argparse.ArgumentParser(prog="python -m specdeploy.demo", description=__doc__.splitlines()[0])
     parser.add_argument("-f", "--file", type=Path, default=DEFAULT_EXAMPLE, help="example to apply (inline configs only)")
-    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each step (a busy machine is slow to start)")
+    parser.add_argument("--log", type=Path, default=DEFAULT_LOG, help=f"the operator's full log (default {DEFAULT_LOG})")
     args = parser.parse_args(argv)
-    return asyncio.run(demo(args.file.resolve(), args.timeout))
+    # The emulator's access log is one line per request: the operator's own log says what happened.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # The operator configures logging as `specdeploy run` does (kopf.configure: INFO to
+    # sys.stderr, set when it starts); while it runs, sys.stderr is the log file.
+    with args.log.open("w") as log:
+        with contextlib.redirect_stderr(log):
+            try:
+                code = asyncio.run(demo(args.file.resolve(), args.timeout))
+            except Exception:  # the story stops here; the log says why
+                traceback.print_exc()
+                code = 1
+    print(f"==> {'the demo failed: ' if code else ''}the operator's full log: {args.log}")
+    return code
 
 
 if __name__ == "__main__":

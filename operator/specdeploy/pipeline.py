@@ -79,7 +79,7 @@ def evaluate(
         return Evaluation(tuple(findings + extra_args), None, facts.version)
     findings += check_pair(spec, models, facts)
     findings += check_load_pair(spec, models, draft.config if draft else None)
-    k, k_findings = resolve_num_speculative_tokens(spec, models, k_in_force)
+    k, k_findings = resolve_num_speculative_tokens(spec, models, facts, k_in_force)
     findings += k_findings + check_speculative_config(spec, k, models, facts)
     if k is None or has_errors(findings):
         # No plan for an invalid pair, but every reason at once: vLLM's layout rules too.

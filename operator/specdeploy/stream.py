@@ -127,7 +127,7 @@ def _judge(parsed: ParsedObject, configmaps: dict[tuple[str, str], dict[str, Any
            hf_token: str | None, hub_local_only: Callable[[], bool]) -> ObjectResult:
     from specdeploy.pipeline import evaluate
     from specdeploy.render import render_manifests
-    from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
+    from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model, resolve_pair
 
     spec = parsed.spec
     if spec is None:
@@ -145,8 +145,7 @@ def _judge(parsed: ParsedObject, configmaps: dict[tuple[str, str], dict[str, Any
         return resolve_model(model, where, hf_token=hf_token, configmap_reader=configmap_reader, local_only=local_only)
 
     try:
-        target = read(spec.target, "spec.target")
-        draft = read(spec.draft, "spec.draft") if spec.draft.has_own_checkpoint else None
+        target, draft = resolve_pair(spec, read)
     except SourceInvalid as exc:
         return ObjectResult(parsed.name, parsed.namespace, parsed.findings + (error("config-invalid", exc.field, exc.message, Stage.CONFIG),), None, [])
     except SourceUnavailable as exc:

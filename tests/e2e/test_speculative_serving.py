@@ -224,7 +224,7 @@ async def _serve_and_speculate(name: str, document: dict[str, Any], cluster: Clu
 
     body = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND, "metadata": {"name": name}, "spec": document}
     await cluster.create(with_identity(body, f"uid-{name}"))
-    await eventually(lambda: cluster.exists(DEPLOYMENT, name), timeout=30, what="the rendered Deployment")
+    await eventually(lambda: cluster.exists(DEPLOYMENT, name), what="the rendered Deployment")
     containers = cluster.get(DEPLOYMENT, name)["spec"]["template"]["spec"]["containers"]
     container = next(c for c in containers if c["name"] == "vllm")
     spec_arg = json.loads(container["args"][container["args"].index("--speculative-config") + 1])
@@ -236,7 +236,7 @@ async def _serve_and_speculate(name: str, document: dict[str, Any], cluster: Clu
         await cluster.patch_status(DEPLOYMENT, name, {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1})
         response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=_pod(name, server.port))
         assert response.status in (200, 201), await response.text()
-        await eventually(lambda: _metrics_gets(server) >= 2, timeout=30, what="the scraper's baseline")
+        await eventually(lambda: _metrics_gets(server) >= 2, what="the scraper's baseline")
         _, before = await asyncio.to_thread(_get, server.url + "/metrics")
         for _ in range(requests):
             out = await asyncio.to_thread(_post, server.url + "/v1/completions", {
@@ -252,7 +252,7 @@ async def _serve_and_speculate(name: str, document: dict[str, Any], cluster: Clu
             got = cluster.sd(name).get("status", {}).get("speculation") or {}
             return got if got.get("drafts") == expected["drafts"] else None
 
-        speculation = await eventually(scraped, timeout=30, what=f"status.speculation with {expected['drafts']} drafts")
+        speculation = await eventually(scraped, what=f"status.speculation with {expected['drafts']} drafts")
         print(f"\n[e2e] {name}: status.speculation {json.dumps({k: speculation.get(k) for k in expected})}")
         assert {k: speculation.get(k) for k in expected} == expected
         assert speculation["pods"] == 1 and speculation["skippedPods"] == []

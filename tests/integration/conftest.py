@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -42,7 +43,14 @@ def with_identity(doc: dict[str, Any], uid: str) -> dict[str, Any]:
     return doc
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+# How long a wait may last before the test calls it a hang. A wait ends as soon as what it waits
+# for happens, so this bounds only a failure, never a pass: on a busy 2-core machine importing the
+# operator alone takes ~20 s, and no test asserts how long anything took.
+HANG_GUARD_S = float(os.environ.get("SPECDEPLOY_TEST_HANG_GUARD_S", "300"))
+
+
+async def eventually(check: Callable[[], Any], timeout: float = HANG_GUARD_S, what: str = "") -> Any:
+    """Poll `check` until it is truthy; AssertionError after `timeout` (a hang)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -73,24 +81,37 @@ class Operator:
 
     async def start(self) -> None:
         ready, self.stop_flag = threading.Event(), threading.Event()
-        watches_before = self._watches()
+        watches_before = watches(self.emulator)
         self.thread = threading.Thread(
             target=run, args=([NS], False, None), kwargs={"ready_flag": ready, "stop_flag": self.stop_flag}, daemon=True
         )
         self.thread.start()
-        assert await asyncio.to_thread(ready.wait, 20), "operator did not start"
-        # Three watches (the CR, Deployments, LWS) are open: events from now on are seen.
-        await eventually(lambda: self._watches() >= watches_before + 3, what="the operator's watches")
-
-    def _watches(self) -> int:
-        return sum(1 for r in list(self.emulator) if r.action == kmock.action.WATCH)
+        assert await asyncio.to_thread(ready.wait, HANG_GUARD_S), "operator did not start"
+        await watching(self.emulator, watches_before)
 
     async def stop(self) -> None:
         if self.thread is not None:
             self.stop_flag.set()
-            await asyncio.to_thread(self.thread.join, 20)
+            await asyncio.to_thread(self.thread.join, HANG_GUARD_S)
             assert not self.thread.is_alive(), "operator did not stop"
             self.thread = None
+
+
+def watches(emulator: Any) -> int:
+    """Watch requests the emulator has seen: an operator is listening once its three are open."""
+    return sum(1 for r in list(emulator) if r.action == kmock.action.WATCH)
+
+
+async def watching(emulator: Any, before: int, process: Any = None) -> None:
+    """Wait until an operator started after `before` watches has opened its three (the CR,
+    Deployments, LeaderWorkerSets): from then on it sees every event. `process`: its subprocess,
+    whose early exit is a failure, not a wait."""
+    def opened() -> bool:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the operator exited with {process.returncode} before it watched")
+        return watches(emulator) >= before + 3
+
+    await eventually(opened, what="the operator's watches")
 
 
 @pytest.fixture

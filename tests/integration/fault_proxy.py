@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 from aiohttp import web

@@ -64,7 +64,7 @@ async def test_a_403_stalls_with_slow_retries_and_converges_once_rbac_is_fixed(f
     await asyncio.sleep(2.0)
     assert faulty.count("POST", DEPLOYMENTS) <= 4, "403 retried in a hot loop"
     faulty.clear()
-    await eventually(lambda: _children(cluster), timeout=30, what="children once the 403 is gone")
+    await eventually(lambda: _children(cluster), what="children once the 403 is gone")
     await eventually(lambda: cluster.condition(NAME, "Stalled").get("status") == "False", what="Stalled=False")
     # One Warning (Stalled=True) for the whole outage, however many retries were refused.
     failed = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "ApplyFailed"], what="the ApplyFailed Event")
@@ -76,7 +76,7 @@ async def test_5xx_409_429_and_timeouts_are_retried_until_converged(faulty: Faul
     faulty.inject("POST", SERVICES, 409, times=1)
     faulty.inject("GET", r"/api/v1/namespaces/ns1/services/[^/]+$", delay=2.5, times=1)  # past the 1 s deadline
     name = await created(cluster, LLAMA, "uid-5xx")
-    await eventually(lambda: _children(cluster), timeout=20, what="children")
+    await eventually(lambda: _children(cluster), what="children")
     await eventually(lambda: cluster.condition(name, "Stalled").get("status") == "False", what="Stalled=False")
     assert cluster.sd(name)["status"]["workload"] == f"Deployment/{name}"
     assert faulty.count("POST", DEPLOYMENTS, 500) == 2 and faulty.count("POST", DEPLOYMENTS, 200) == 1  # the emulator answers 200
@@ -87,7 +87,7 @@ async def test_5xx_409_429_and_timeouts_are_retried_until_converged(faulty: Faul
     # A status write refused twice (429): the edit's status lands on the third attempt.
     faulty.inject("PATCH", STATUS, 429, times=2)
     await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": 4}}, generation=2)
-    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 2, timeout=20, what="the edit's status")
+    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 2, what="the edit's status")
     assert faulty.count("PATCH", STATUS, 429) == 2
     assert cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 4
     # Settled (after kopf's own bookkeeping of the retries): nothing more is written.
@@ -102,7 +102,7 @@ async def test_a_dropped_watch_is_reopened_and_the_next_edit_applied(faulty: Fau
     assert await faulty.drop_watches() >= 3
     await asyncio.sleep(0.5)
     await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": 5}}, generation=2)
-    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 2, timeout=20, what="the edit after the drop")
+    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 2, what="the edit after the drop")
     assert cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 5
 
 
@@ -117,14 +117,14 @@ async def test_sigkill_mid_reconcile_then_restart_leaves_one_set_of_children(pro
     process = _operator_process(env)
     try:
         await cluster.create(with_identity(LLAMA, "uid-kill"))
-        await eventually(lambda: hold.hits >= 1, timeout=30, what="the reconcile in the middle")
+        await eventually(lambda: hold.hits >= 1, what="the reconcile in the middle")
         assert cluster.exists(DEPLOYMENT, NAME) and not cluster.exists(SERVICE, f"{NAME}-api")
         process.send_signal(signal.SIGKILL)
         await asyncio.to_thread(process.wait, 10)
         proxied.clear()
         process = _operator_process(env)
-        await eventually(lambda: _children(cluster), timeout=40, what="the children after the restart")
-        await eventually(lambda: cluster.condition(NAME, "Planned").get("status") == "True", timeout=20, what="Planned=True")
+        await eventually(lambda: _children(cluster), what="the children after the restart")
+        await eventually(lambda: cluster.condition(NAME, "Planned").get("status") == "True", what="Planned=True")
         assert cluster.sd(NAME)["status"]["workload"] == f"Deployment/{NAME}"
         for resource, child in ((DEPLOYMENT, NAME), (SERVICE, f"{NAME}-api"), (PDB, NAME)):
             assert cluster.get(resource, child)["metadata"]["ownerReferences"][0]["uid"] == "uid-kill"
@@ -186,6 +186,6 @@ async def test_a_configmap_read_that_hangs_keeps_the_last_good_config(faulty: Fa
     assert len(retrying()) == 1, retrying()
 
     faulty.clear()
-    await eventually(lambda: cluster.condition("cm-new", "Planned").get("status") == "True", timeout=30, what="cm-new Planned")
-    await eventually(lambda: cluster.condition(name, "Validated").get("reason") == "Valid", timeout=30, what="Valid again")
+    await eventually(lambda: cluster.condition("cm-new", "Planned").get("status") == "True", what="cm-new Planned")
+    await eventually(lambda: cluster.condition(name, "Validated").get("reason") == "Valid", what="Valid again")
     assert cluster.condition(name, "Ready")["status"] == "True"

@@ -114,20 +114,35 @@ async def test_delete_and_recreate_with_the_same_name_rebinds_the_children(opera
     await eventually(lambda: cluster.exists(DEPLOYMENT, name), what="the Deployment re-created")
 
 
+def _reconciles() -> float:
+    """Reconciles finished by this process (the operator runs in it), whatever their result."""
+    from specdeploy.controller.metrics import METRICS
+
+    return sum(sample.value for metric in METRICS.reconciles.collect() for sample in metric.samples
+               if sample.name.endswith("_total"))
+
+
 async def test_create_costs_at_most_children_plus_two_writes_and_resume_none(operator: Operator, cluster: Cluster) -> None:
+    """Counted from the API server's request log, kopf's own patches of the CR included (its
+    finalizer, progress and diffbase annotations), the test's create excluded."""
     mark = cluster.mark()
     name = await created(cluster, NGRAM, "uid-writes")
     await eventually(lambda: cluster.exists(PDB, name), what="children")
-    await asyncio.sleep(1.0)  # let kopf finish its bookkeeping
-    writes = [w for w in cluster.writes(mark) if w.url.path != SD_PATH]  # not the test's own create
+    # kopf's last write on a create is the diffbase annotation: it is stored once the handler is done.
+    await eventually(lambda: "specdeploy.io/last-handled-configuration" in cluster.sd(name)["metadata"].get("annotations", {}),
+                     what="kopf's diffbase annotation")
+    writes = [w for w in cluster.writes(mark) if not (str(w.method).endswith("POST") and w.url.path == SD_PATH)]
     children = [w for w in writes if w.resource is not None and w.resource.plural in ("deployments", "services", "poddisruptionbudgets")]
     assert len(children) == 3
     assert len(writes) <= len(children) + 2, [(str(w.method), w.url.path, str(w.data)[:150]) for w in writes]
+    assert "finalizers" not in cluster.sd(name)["metadata"]  # deletion never waits for the operator
     # A restart over an ngram CR (its plan holds nulls the API server drops): nothing written.
     await operator.stop()
-    mark = cluster.mark()
+    mark, done = cluster.mark(), _reconciles()
     await operator.start()
-    await asyncio.sleep(1.5)
+    await eventually(lambda: _reconciles() > done, what="the resume reconcile")
+    # A wrong write could only come later than this: the wait can miss one, never invent one.
+    await asyncio.sleep(1.0)
     assert cluster.writes(mark) == [], [(str(w.method), w.url.path, w.data) for w in cluster.writes(mark)]
 
 
@@ -182,7 +197,7 @@ async def test_a_hub_outage_keeps_a_serving_model_ready(hub: FakeHub, operator: 
     assert len([e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"]) == len(warnings) == 1
     # The Hub back: the note goes, with no new Event.
     hub.status_override = None
-    await eventually(lambda: cluster.condition(name, "Validated").get("reason") == "Valid", timeout=20, what="Valid again")
+    await eventually(lambda: cluster.condition(name, "Validated").get("reason") == "Valid", what="Valid again")
     assert cluster.condition(name, "Ready")["status"] == "True"
 
 
@@ -217,8 +232,8 @@ async def test_rapid_edits_end_with_the_last_one(operator: Operator, cluster: Cl
         await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": k}}, generation=generation)
         last = k
         await asyncio.sleep(0.02)
-    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 21, timeout=30, what="the last generation")
-    await eventually(lambda: cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == last, timeout=10, what="the last plan")
+    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 21, what="the last generation")
+    await eventually(lambda: cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == last, what="the last plan")
     assert f'"num_speculative_tokens":{last}' in " ".join(_args(cluster.get(DEPLOYMENT, name)))
 
 
@@ -238,7 +253,7 @@ async def test_an_unexpected_error_is_reported_in_status(operator: Operator, clu
     assert "ZeroDivisionError" in cluster.condition("broken", "Ready")["message"]
     assert cluster.condition("broken", "Stalled")["status"] == "True"
     monkeypatch.undo()
-    await eventually(lambda: cluster.condition("broken", "Planned").get("status") == "True", timeout=20, what="recovered")
+    await eventually(lambda: cluster.condition("broken", "Planned").get("status") == "True", what="recovered")
 
 
 @pytest.fixture
@@ -336,7 +351,6 @@ async def test_children_an_older_operator_named_differently_are_pruned(operator:
     await plant(DEPLOYMENT, "Deployment", f"{name}-unlabelled", unlabelled, owner)
 
     await operator.start()
-    await eventually(lambda: not cluster.exists(DEPLOYMENT, f"{name}-vllm") and not cluster.exists(SERVICE, f"{name}-svc"),
-                     timeout=20, what="the old-named children pruned")
+    await eventually(lambda: not cluster.exists(DEPLOYMENT, f"{name}-vllm") and not cluster.exists(SERVICE, f"{name}-svc"), what="the old-named children pruned")
     assert cluster.exists(DEPLOYMENT, f"{name}-foreign") and cluster.exists(DEPLOYMENT, f"{name}-unlabelled")
     assert all(cluster.exists(r, n) for r, n in ((DEPLOYMENT, name), (SERVICE, f"{name}-api"), (PDB, name)))

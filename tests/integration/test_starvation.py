@@ -62,12 +62,12 @@ async def test_stalled_configs_do_not_stop_a_healthy_cr(stalling_hub: FakeHub, b
     healthy["metadata"]["name"] = "healthy"
     await cluster.create(with_identity(healthy, "uid-healthy"))
     # Served while all twenty are stuck.
-    await eventually(lambda: cluster.condition("healthy", "Planned").get("status") == "True", timeout=6, what="healthy Planned")
+    await eventually(lambda: cluster.condition("healthy", "Planned").get("status") == "True", what="healthy Planned")
     assert not stalling_hub.release.is_set()
 
     # Each stalled CR is cut off at its budget and says so, once, while it retries.
     for name in slow:
-        await eventually(lambda: cluster.condition(name, "Progressing").get("reason") == "ReconcileTimeout", timeout=20, what=f"{name} over budget")
+        await eventually(lambda: cluster.condition(name, "Progressing").get("reason") == "ReconcileTimeout", what=f"{name} over budget")
     condition = cluster.condition(slow[0], "Progressing")
     assert condition["status"] == "False" and f"{BUDGET_S:g} s budget" in condition["message"]
     assert cluster.condition(slow[0], "Ready")["status"] == "Unknown"
@@ -83,7 +83,7 @@ async def test_stalled_configs_do_not_stop_a_healthy_cr(stalling_hub: FakeHub, b
 
     stalling_hub.release.set()
     for name in slow:
-        await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", timeout=60, what=f"{name} Planned {cluster.sd(name).get('status')}")
+        await eventually(lambda: cluster.condition(name, "Planned").get("status") == "True", what=f"{name} Planned {cluster.sd(name).get('status')}")
     assert cluster.condition(slow[-1], "Progressing")["reason"] != "ReconcileTimeout"
     await asyncio.sleep(0.5)  # kopf posts Events from a queue
     assert [_timeouts(cluster, n) for n in slow] == [1] * SLOW  # still one each, once planned

@@ -293,7 +293,6 @@ async def test_an_auto_k_rollout_that_stalls_is_cut_off_at_the_budget_and_starve
     budget): while the Hub stalls the auto CR's config read, that reconcile is cut off at the
     budget and says so (Progressing=False ReconcileTimeout, one Event, still Ready), the
     telemetry of another CR goes on, and the rollout finishes once the Hub answers."""
-    import json
 
     from .test_operator import LLAMA, args_of
 
@@ -316,14 +315,14 @@ async def test_an_auto_k_rollout_that_stalls_is_cut_off_at_the_budget_and_starve
         metrics.step(drafts=1000, accepted_lengths=[90, 81, 729])  # k 5 is predicted faster (see above)
         await eventually(lambda: _speculation(cluster, name).get("numSpeculativeTokens") == 5, what="k 5 in force")
         progressing = await eventually(lambda: cluster.condition(name, "Progressing").get("reason") == "ReconcileTimeout"
-                                       and cluster.condition(name, "Progressing"), timeout=BUDGET_S + 8, what="the cut-off")
+                                       and cluster.condition(name, "Progressing"), what="the cut-off")
         assert progressing["status"] == "False" and f"{BUDGET_S:g} s budget" in progressing["message"]
         assert cluster.condition(name, "Ready")["status"] == "True"  # nothing changed in the cluster
         assert '"num_speculative_tokens":3' in " ".join(args_of(cluster.get(DEPLOYMENT, name)))
 
         # The other CR's telemetry goes on while the rollout's config read still stalls.
         other_metrics.step(drafts=400, accepted_lengths=[100, 100, 100])
-        await eventually(lambda: _speculation(cluster, "bystander").get("drafts") == 400, timeout=3 * BUDGET_S + 2,
+        await eventually(lambda: _speculation(cluster, "bystander").get("drafts") == 400,
                          what="the bystander's speculation")
         assert not stallable_hub.release.is_set()
         # Cut off again at every scrape while it stalls, said once.
@@ -331,8 +330,7 @@ async def test_an_auto_k_rollout_that_stalls_is_cut_off_at_the_budget_and_starve
         assert cluster.condition(name, "Progressing")["reason"] == "ReconcileTimeout"
 
         stallable_hub.release.set()
-        await eventually(lambda: '"num_speculative_tokens":5' in " ".join(args_of(cluster.get(DEPLOYMENT, name))),
-                         timeout=20, what="the rollout to k 5")
+        await eventually(lambda: '"num_speculative_tokens":5' in " ".join(args_of(cluster.get(DEPLOYMENT, name))), what="the rollout to k 5")
         # The reconcile's status write follows its Deployment patch (and the mirror's write of it).
         await eventually(lambda: cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 5, what="status.plan with k 5")
         await eventually(lambda: cluster.condition(name, "Progressing").get("reason") != "ReconcileTimeout", what="the note gone")

@@ -7,11 +7,14 @@ the same against sample SpeculativeDeployment statuses in the shape api/status.p
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import lupa
 import pytest
 
-lupa = pytest.importorskip("lupa", reason="lupa (a dev dependency) runs the Lua health check")
+from specdeploy.api.conditions import CONDITION_TYPES, REASONS, Reason, Verdict
+from specdeploy.controller.conditions import WorkloadState, merge_conditions, ready_verdict, workload_verdicts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "charts" / "specdeploy" / "files" / "argocd-health.lua"
@@ -50,11 +53,11 @@ def sdep(generation: int = 3, status: dict | None = None) -> dict:
 
 
 ALL_GOOD = [
-    cond("Validated", "True", "Valid"),
-    cond("Planned", "True", "Planned"),
-    cond("Progressing", "False", "RolloutComplete"),
-    cond("Available", "True", "MinimumReplicasAvailable"),
-    cond("Ready", "True", "Ready", "2/2 replicas ready at http://k3.ml.svc:8000"),
+    cond("Validated", "True", Reason.VALID),
+    cond("Planned", "True", Reason.PLANNED),
+    cond("Progressing", "False", Reason.ROLLOUT_COMPLETE),
+    cond("Available", "True", Reason.REPLICAS_READY),
+    cond("Ready", "True", Reason.SERVING, "2/2 replicas ready at http://k3.ml.svc:8000"),
 ]
 
 
@@ -88,18 +91,18 @@ def test_stale_ready_condition_is_progressing():
 
 def test_rolling_out_is_progressing():
     conditions = [
-        cond("Validated", "True", "Valid"),
-        cond("Planned", "True", "Planned"),
-        cond("Progressing", "True", "RollingOut", "1/2 replicas updated"),
-        cond("Available", "False", "WaitingForReplicas"),
-        cond("Ready", "False", "RollingOut", "waiting for the Deployment"),
+        cond("Validated", "True", Reason.VALID),
+        cond("Planned", "True", Reason.PLANNED),
+        cond("Progressing", "True", Reason.ROLLING_OUT, "1/2 replicas updated"),
+        cond("Available", "False", Reason.NO_REPLICAS_READY),
+        cond("Ready", "False", Reason.ROLLING_OUT, "waiting for the Deployment"),
     ]
     out = run_health(sdep(3, {"observedGeneration": 3, "conditions": conditions}))
     assert out == {"status": "Progressing", "message": "1/2 replicas updated"}
 
 
 def test_ready_unknown_is_progressing():
-    conditions = [cond("Validated", "True"), cond("Ready", "Unknown", "Reconciling")]
+    conditions = [cond("Validated", "True"), cond("Ready", "Unknown", Reason.CREATING)]
     assert run_health(sdep(3, {"observedGeneration": 3, "conditions": conditions}))["status"] == "Progressing"
 
 
@@ -112,11 +115,11 @@ def test_invalid_spec_is_degraded_even_while_the_old_workload_serves():
     # A bad edit keeps the last good children running (Available=True) but must show up.
     message = "draft num_attention_heads=96 does not divide tensorParallelSize=64"
     conditions = [
-        cond("Validated", "False", "InvalidSpec", message),
-        cond("Planned", "Unknown", "NotValidated"),
-        cond("Progressing", "False", "InvalidSpec"),
-        cond("Available", "True", "MinimumReplicasAvailable"),
-        cond("Ready", "False", "InvalidSpec", message),
+        cond("Validated", "False", Reason.VALIDATION_FAILED, message),
+        cond("Planned", "Unknown", Reason.NOT_VALIDATED),
+        cond("Progressing", "False", Reason.ROLLOUT_COMPLETE),
+        cond("Available", "True", Reason.REPLICAS_READY),
+        cond("Ready", "False", Reason.VALIDATION_FAILED, message),
     ]
     out = run_health(sdep(3, {"observedGeneration": 3, "conditions": conditions}))
     assert out["status"] == "Degraded"
@@ -125,9 +128,9 @@ def test_invalid_spec_is_degraded_even_while_the_old_workload_serves():
 
 def test_impossible_plan_is_degraded():
     conditions = [
-        cond("Validated", "True", "Valid"),
-        cond("Planned", "False", "DoesNotFit", "weights need 700 GiB per replica, 8xA100-40GB hold 320"),
-        cond("Ready", "False", "DoesNotFit"),
+        cond("Validated", "True", Reason.VALID),
+        cond("Planned", "False", Reason.NO_FEASIBLE_PLAN, "weights need 700 GiB per replica, 8xA100-40GB hold 320"),
+        cond("Ready", "False", Reason.NO_FEASIBLE_PLAN),
     ]
     out = run_health(sdep(3, {"observedGeneration": 3, "conditions": conditions}))
     assert out["status"] == "Degraded"
@@ -136,20 +139,20 @@ def test_impossible_plan_is_degraded():
 
 def test_ready_false_without_progress_is_degraded():
     conditions = [
-        cond("Validated", "True", "Valid"),
-        cond("Planned", "True", "Planned"),
-        cond("Progressing", "False", "ProgressDeadlineExceeded"),
-        cond("Available", "False", "MinimumReplicasUnavailable"),
-        cond("Ready", "False", "ProgressDeadlineExceeded", "pods crash-loop"),
+        cond("Validated", "True", Reason.VALID),
+        cond("Planned", "True", Reason.PLANNED),
+        cond("Progressing", "False", Reason.APPLY_FAILED),
+        cond("Available", "False", Reason.NO_REPLICAS_READY),
+        cond("Ready", "False", Reason.APPLY_FAILED, "pods crash-loop"),
     ]
     out = run_health(sdep(3, {"observedGeneration": 3, "conditions": conditions}))
     assert out == {"status": "Degraded", "message": "Ready=False: pods crash-loop"}
 
 
 def test_message_falls_back_to_reason():
-    conditions = [cond("Ready", "False", "ProgressDeadlineExceeded", "")]
+    conditions = [cond("Ready", "False", Reason.APPLY_FAILED, "")]
     out = run_health(sdep(3, {"observedGeneration": 3, "conditions": conditions}))
-    assert out == {"status": "Degraded", "message": "Ready=False: ProgressDeadlineExceeded"}
+    assert out == {"status": "Degraded", "message": "Ready=False: ApplyFailed"}
 
 
 def test_docs_give_the_argocd_cm_key_and_the_shipped_script():
@@ -162,8 +165,8 @@ def test_docs_give_the_argocd_cm_key_and_the_shipped_script():
 
 def test_scaled_to_zero_is_suspended():
     conditions = [cond("Validated", "True"), cond("Planned", "True"),
-                  cond("Progressing", "False", "RolloutComplete"), cond("Available", "False", "ScaledToZero"),
-                  cond("Ready", "False", "ScaledToZero", "replicas is 0")]
+                  cond("Progressing", "False", Reason.ROLLOUT_COMPLETE), cond("Available", "False", Reason.SCALED_TO_ZERO),
+                  cond("Ready", "False", Reason.SCALED_TO_ZERO, "replicas is 0")]
     out = run_health(sdep(3, {"observedGeneration": 3, "conditions": conditions}))
     assert out == {"status": "Suspended", "message": "replicas is 0"}
 
@@ -171,57 +174,50 @@ def test_scaled_to_zero_is_suspended():
 # --- statuses built by the controller's own condition code ---------------------------------
 
 
-def _controller_status(verdicts: dict, workload, generation: int = 5) -> dict:
-    conditions_mod = pytest.importorskip(
-        "specdeploy.controller.conditions", reason="controller/conditions.py does not exist yet")
+def _controller_status(verdicts: dict[str, Verdict], workload: WorkloadState | None, generation: int = 5) -> dict:
     verdicts = dict(verdicts)
     if workload is not None or "Progressing" not in verdicts:
-        verdicts.update(conditions_mod.workload_verdicts(workload, applied=True))
-    verdicts["Ready"] = conditions_mod.ready_verdict(verdicts, workload)
-    conditions = conditions_mod.merge_conditions([], verdicts, now="2026-01-01T00:00:00Z", generation=generation)
+        verdicts.update(workload_verdicts(workload, applied=True))
+    verdicts["Ready"] = ready_verdict(verdicts, workload)
+    conditions = merge_conditions([], verdicts, now="2026-01-01T00:00:00Z", generation=generation)
     return {"observedGeneration": generation, "conditions": conditions}
 
 
-def _workload(desired: int, ready: int, updated: int):
-    conditions_mod = pytest.importorskip(
-        "specdeploy.controller.conditions", reason="controller/conditions.py does not exist yet")
-    return conditions_mod.WorkloadState(kind="Deployment", name="k3", desired=desired, replicas=desired,
-                                        ready=ready, updated=updated, current=True)
+def _workload(desired: int, ready: int, updated: int) -> WorkloadState:
+    return WorkloadState(kind="Deployment", name="k3", desired=desired, replicas=desired, ready=ready, updated=updated, current=True)
 
 
-def _ok():
-    conditions_mod = pytest.importorskip(
-        "specdeploy.controller.conditions", reason="controller/conditions.py does not exist yet")
-    return conditions_mod.Verdict
+VALID = {"Validated": Verdict("True", Reason.VALID), "Planned": Verdict("True", Reason.PLANNED)}
 
 
 @pytest.mark.parametrize(
-    ("scenario", "expected"),
+    ("verdicts", "workload", "expected"),
     [
-        ("serving", "Healthy"),
-        ("rolling_out", "Progressing"),
-        ("creating", "Progressing"),
-        ("scaled_to_zero", "Suspended"),
-        ("invalid_while_serving", "Degraded"),
-        ("does_not_fit", "Degraded"),
+        (VALID, _workload(2, 2, 2), "Healthy"),
+        (VALID, _workload(2, 1, 1), "Progressing"),
+        (VALID, None, "Progressing"),
+        (VALID, _workload(0, 0, 0), "Suspended"),
+        ({"Validated": Verdict("False", Reason.VALIDATION_FAILED, "draft heads 96 do not divide tp 64"),
+          "Planned": Verdict("Unknown", Reason.NOT_VALIDATED)}, _workload(1, 1, 1), "Degraded"),
+        ({"Validated": Verdict("False", Reason.INVALID_SPEC, "spec.replicas: must be >= 0"),
+          "Planned": Verdict("Unknown", Reason.NOT_VALIDATED)}, None, "Degraded"),
+        ({"Validated": Verdict("Unknown", Reason.CONFIG_UNAVAILABLE, "the Hub is down (retrying)")}, None, "Progressing"),
+        ({"Validated": Verdict("True", Reason.VALID), "Planned": Verdict("False", Reason.NO_FEASIBLE_PLAN, "needs 700 GiB")}, None, "Degraded"),
+        ({**VALID, "Progressing": Verdict("False", Reason.APPLY_FAILED, "forbidden")}, None, "Degraded"),
+        ({**VALID, "Progressing": Verdict("Unknown", Reason.APPLY_RETRYING, "timeout (retrying)")}, None, "Progressing"),
     ],
+    ids=["serving", "rolling-out", "creating", "scaled-to-zero", "invalid-while-serving", "invalid-spec",
+         "config-unavailable", "no-feasible-plan", "apply-failed", "apply-retrying"],
 )
-def test_statuses_the_controller_writes(scenario, expected):
-    verdict = _ok()
-    valid = {"Validated": verdict("True", "Valid"), "Planned": verdict("True", "Planned")}
-    if scenario == "serving":
-        status = _controller_status(valid, _workload(2, 2, 2))
-    elif scenario == "rolling_out":
-        status = _controller_status(valid, _workload(2, 1, 1))
-    elif scenario == "creating":
-        status = _controller_status(valid, None)
-    elif scenario == "scaled_to_zero":
-        status = _controller_status(valid, _workload(0, 0, 0))
-    elif scenario == "invalid_while_serving":
-        status = _controller_status(
-            {"Validated": verdict("False", "InvalidSpec", "draft heads 96 do not divide tp 64"),
-             "Planned": verdict("Unknown", "NotValidated")}, _workload(1, 1, 1))
-    else:
-        status = _controller_status(
-            {"Validated": verdict("True", "Valid"), "Planned": verdict("False", "DoesNotFit", "needs 700 GiB")}, None)
+def test_statuses_the_controller_writes(verdicts: dict[str, Verdict], workload: WorkloadState | None, expected: str) -> None:
+    status = _controller_status({**{"Planned": Verdict("Unknown", Reason.NOT_VALIDATED)}, **verdicts}, workload)
     assert run_health(sdep(5, status))["status"] == expected, status
+
+
+def test_the_script_names_only_condition_types_and_reasons_the_operator_writes() -> None:
+    """The Lua check and api/conditions.py read one list: a type or reason spelt in the script
+    that the operator never writes (a rename, a typo) would silently never match."""
+    quoted = set(re.findall(r'"([A-Z][A-Za-z]+)"', SCRIPT.read_text()))
+    names = quoted - ARGO_STATUSES - {"True", "False"}
+    assert names, "the script names no condition: the pattern above no longer matches it"
+    assert names <= set(CONDITION_TYPES) | REASONS, names - set(CONDITION_TYPES) - REASONS

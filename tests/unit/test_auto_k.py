@@ -75,9 +75,9 @@ def test_a_k_in_force_vllm_would_refuse_is_not_used() -> None:
     draft = Models(target, geometry)
     spec = SpeculativeDeploymentSpec.model_validate({"target": {"model": "org/t"},
                                                       "draft": {"method": "mlp_speculator", "model": "org/d", "numSpeculativeTokens": "auto"}})
-    assert resolve_num_speculative_tokens(spec, draft, 6)[0] == 4
-    assert resolve_num_speculative_tokens(spec, draft, 8)[0] == 8
-    assert resolve_num_speculative_tokens(spec, draft, None)[0] == 4  # the default: n_predict
+    assert resolve_num_speculative_tokens(spec, draft, facts, 6)[0] == 4
+    assert resolve_num_speculative_tokens(spec, draft, facts, 8)[0] == 8
+    assert resolve_num_speculative_tokens(spec, draft, facts, None)[0] == 4  # the default: n_predict
 
 
 def _analysis(drafts: int, conditional: float = 0.9, k: int = 3, cost: float = 0.05) -> Any:

@@ -4,7 +4,8 @@ that keep their lastTransitionTime while nothing changes (so nothing is rewritte
 from __future__ import annotations
 
 from specdeploy.controller.apply import merge_patch
-from specdeploy.controller.conditions import Verdict, WorkloadState, merge_conditions, ready_verdict, workload_verdicts
+from specdeploy.api.conditions import Verdict
+from specdeploy.controller.conditions import WorkloadState, merge_conditions, ready_verdict, workload_verdicts
 
 
 def test_merge_patch_sends_only_differences_and_replaces_lists() -> None:
@@ -63,7 +64,7 @@ def test_workload_state_reads_deployment_status() -> None:
 
 def test_kstatus_pair_follows_ready_validated_and_scale_to_zero() -> None:
     """Flux's kstatus reads Reconciling/Stalled, not Ready: both must say what Ready says."""
-    from specdeploy.controller.conditions import Verdict, kstatus_verdicts
+    from specdeploy.controller.conditions import kstatus_verdicts
 
     ok = {"Validated": Verdict("True", "Valid"), "Planned": Verdict("True", "Planned")}
     serving = kstatus_verdicts({**ok, "Ready": Verdict("True", "Serving")})
@@ -97,7 +98,7 @@ def test_status_is_compared_as_stored_and_removed_keys_are_nulled() -> None:
 
 
 def test_events_only_for_warnings_and_real_transitions() -> None:
-    from specdeploy.controller.reconcile import _events
+    from specdeploy.controller.conditions import condition_events as _events
 
     def conds(**status: str) -> list[dict[str, str]]:
         return [{"type": t, "status": s, "reason": f"R{t}{s}", "message": ""} for t, s in status.items()]

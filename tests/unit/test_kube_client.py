@@ -5,7 +5,6 @@ HTTP answers are typed by retry policy. Served by a real aiohttp server on loopb
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 import subprocess
 from pathlib import Path

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from specdeploy.vllm.methods import accepted_names
+
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "specdeploy"
 # Bottom first. A module may import its own layer and the layers below it, never above.
 LAYERS: list[set[str]] = [
@@ -75,7 +77,25 @@ def test_the_pure_core_imports_at_module_level_only(path: Path) -> None:
 
 
 def test_only_the_vllm_layer_names_a_vllm_release() -> None:
-    release = re.compile(r"\b0\.3[0-9]\.[0-9]+\b")
+    release = re.compile(r"(?<![\w.])v?0\.[0-9]{2}\.[0-9]+\b")
     offenders = [str(p.relative_to(PACKAGE)) for p in _modules()
                  if _layer(p) != "vllm" and release.search(p.read_text())]
+    assert offenders == []
+
+
+def _string_constants(tree: ast.AST) -> list[ast.Constant]:
+    """Every str constant but docstrings."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def test_only_the_vllm_layer_names_a_speculative_method() -> None:
+    """A method's behaviour is a query of specdeploy.vllm.methods, never `method == "<name>"`
+    elsewhere: adding a method then touches the table, not every layer."""
+    names = set(accepted_names())
+    offenders = [f"{p.relative_to(PACKAGE)}:{node.lineno} {node.value!r}" for p in _modules() if _layer(p) != "vllm"
+                 for node in _string_constants(ast.parse(p.read_text())) if node.value in names]
     assert offenders == []

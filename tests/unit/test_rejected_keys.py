@@ -61,15 +61,6 @@ def test_a_config_too_large_to_search_is_refused_as_a_whole() -> None:
     assert "LlamaConfig rejects this config" in finding.message and "smaller or equal to 1.0" in finding.message
 
 
-def test_a_search_past_its_deadline_names_the_whole_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specdeploy.geometry import rejected_keys
-
-    monkeypatch.setattr(rejected_keys, "DEADLINE_S", 0.0)  # as a config of several MiB would reach it
-    raw = _set(load_config("meta-llama__Llama-3.1-8B-Instruct"), "initializer_range", 5.0)
-    _, (finding,) = read_geometry(raw, "spec.target.config", FACTS)
-    assert (finding.code, finding.field) == ("config-rejected", "spec.target.config")
-
-
 def test_every_key_whose_removal_alone_is_accepted_is_named() -> None:
     def accepts(config: dict[str, Any]) -> bool:
         return config.get("a", 0) + config.get("b", 0) < 2 and "c" not in config.get("sub_config", {})
@@ -77,3 +68,16 @@ def test_every_key_whose_removal_alone_is_accepted_is_named() -> None:
     assert keys_at_fault(accepts, {"a": 1, "b": 1, "x": 0}) == (("a",), ("b",))
     assert keys_at_fault(accepts, {"a": 0, "sub_config": {"c": 1, "d": 2}}) == (("sub_config", "c"),)
     assert keys_at_fault(lambda config: False, {"a": 1}) == ()
+
+
+def test_the_search_is_bounded_by_the_configs_size_not_the_clock() -> None:
+    """The same refusal names the same key on an idle machine and a busy one: the search's
+    bound counts tries and bytes, so only the config decides whether it runs."""
+    from specdeploy.geometry.rejected_keys import MAX_SEARCH_BYTES
+
+    raw = _set(load_config("meta-llama__Llama-3.1-8B-Instruct"), "initializer_range", 5.0)
+    named = read_geometry(raw, "spec.target.config", FACTS)[1][0].field
+    assert named == "spec.target.config.initializer_range"
+    raw["padding"] = "x" * MAX_SEARCH_BYTES  # one key, but every try would copy 8 MiB
+    _, (finding,) = read_geometry(raw, "spec.target.config", FACTS)
+    assert finding.field == "spec.target.config"

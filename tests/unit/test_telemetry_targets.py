@@ -7,7 +7,7 @@ from typing import Any
 from specdeploy.api.status import Condition
 from specdeploy.controller.telemetry import scrape_targets, set_condition
 from specdeploy.render.labels import LWS_WORKER_INDEX_LABEL
-from specdeploy.telemetry.model import Verdict
+from specdeploy.api.conditions import Verdict
 
 
 def pod(name: str, *, ip: str | None = "10.0.0.7", ready: bool = True, worker: str | None = None,

@@ -12,7 +12,7 @@ import pytest
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
-from specdeploy.validation.load import built_draft_tp
+from specdeploy.vllm.methods import built_draft_tp, method_named
 from tests.conftest import load_config
 
 TPS = (1, 2, 3, 4, 6, 8, 16)
@@ -79,15 +79,15 @@ def test_grid_verdicts_follow_the_head_rules_both_ways(target, draft, method, k,
     evaluation = judge(target, draft, method, tp=tp, draft_tp=dtp, k=k)
     draft_config = load_config(draft) if draft else None
     expected = (target, draft) not in INVALID_PAIRS and _divides_heads(load_config(target), tp) and (
-        draft_config is None or _divides_heads(draft_config, built_draft_tp(method, tp, dtp)))
+        draft_config is None or _divides_heads(draft_config, built_draft_tp(method_named(method), tp, dtp)))
     assert evaluation.ok == expected, [f.message for f in evaluation.findings if f.severity.value == "error"]
     if evaluation.ok:
         plan = evaluation.plan
         t_heads = (load_config(target).get("text_config") or load_config(target))["num_attention_heads"]
         assert plan.tensor_parallel_size == tp and plan.target.attention_heads_per_gpu * tp == t_heads
         if plan.draft is not None and draft is not None:
-            # eagle/eagle3/mtp/dflash drafts run at the target's TP whatever draft TP says (validation/load.py)
-            built = built_draft_tp(method, plan.tensor_parallel_size, plan.draft_tensor_parallel_size)
+            # every draft's layers split at the target's TP whatever draft TP says (validation/load.py)
+            built = built_draft_tp(method_named(method), plan.tensor_parallel_size, plan.draft_tensor_parallel_size)
             assert plan.draft.attention_heads_per_gpu * built == draft_config["num_attention_heads"]
     else:
         errors = [f for f in evaluation.findings if f.severity.value == "error"]
@@ -108,10 +108,11 @@ def test_seed_tp_that_does_not_divide_96_heads_is_invalid(tp: int) -> None:
     assert "target-heads-tp" in codes(judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", tp=tp, k=5))
 
 
-def test_64_head_draft_under_96_head_target_at_tp12_falls_back_to_draft_tp1_with_a_reason() -> None:
-    auto = judge("moonshotai__Kimi-K3", "k3-dspark-released", "dspark", tp=12, k=7)
-    assert auto.ok and auto.plan.draft_tensor_parallel_size == 1
-    assert any(f.code == "draft-tp-fallback" for f in auto.findings)
+def test_64_head_draft_under_96_head_target_cannot_run_at_tp12_whatever_the_draft_tp() -> None:
+    """vLLM builds the DSpark draft's layers at the target's TP (load_dspark_model's draft TP is
+    read by no layer): 64 heads do not split over 12, so draft TP 1 is no way out."""
+    one = judge("moonshotai__Kimi-K3", "k3-dspark-released", "dspark", tp=12, draft_tp=1, k=7)
+    assert not one.ok and "draft-load-fails" in codes(one)
     forced = judge("moonshotai__Kimi-K3", "k3-dspark-released", "dspark", tp=12, draft_tp=12, k=7)
     assert "draft-heads-tp" in codes(forced)
 

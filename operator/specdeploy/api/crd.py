@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -31,7 +31,7 @@ from specdeploy.api.spec import (
     SpeculativeDeploymentSpec,
 )
 from specdeploy.api.status import SpeculativeDeploymentStatus
-from specdeploy.vllm.drafts import MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS
+from specdeploy.vllm.methods import methods_where
 
 Schema = dict[str, Any]
 
@@ -41,7 +41,7 @@ def _cel_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _cel_list(items: frozenset[str]) -> str:
+def _cel_list(items: Iterable[str]) -> str:
     return "[" + ", ".join(f"'{item}'" for item in sorted(items)) + "]"
 
 
@@ -58,10 +58,11 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     # Cross-field rules of DraftSpec._model_needed, so `kubectl apply` refuses them with no webhook.
     "draft": [
         _ONE_CONFIG_SOURCE,
-        {"rule": f"self.method in {_cel_list(MODEL_FREE_METHODS | TARGET_AS_DRAFT_METHODS)} || has(self.model)",
-         "message": "this method needs draft.model (a Hub repo id or a path); only ngram, suffix, mtp and dspark draft without one"},
-        {"rule": f"!(self.method in {_cel_list(MODEL_FREE_METHODS)}) || !(has(self.model) || has(self.config) || has(self.configMapRef))",
-         "message": "ngram and suffix use no draft model: remove draft.model/config/configMapRef"},
+        {"rule": f"!(self.method in {_cel_list(methods_where(draft='required'))}) || has(self.model)",
+         "message": "this method needs draft.model (a Hub repo id or a path); only "
+                    f"{', '.join(methods_where(False, draft='none') + methods_where(False, draft='optional'))} draft without one"},
+        {"rule": f"!(self.method in {_cel_list(methods_where(draft='none'))}) || !(has(self.model) || has(self.config) || has(self.configMapRef))",
+         "message": f"{', '.join(methods_where(draft='none'))} use no draft model: remove draft.model/config/configMapRef"},
     ],
     "draft.model": [_NO_SPACE],
     "draft.tensorParallelSize": _INT_OR_AUTO,

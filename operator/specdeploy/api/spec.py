@@ -10,7 +10,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.alias_generators import to_camel
 
 from specdeploy.vllm import DEFAULT_IMAGE
-from specdeploy.vllm.drafts import MODEL_FREE_METHODS, TARGET_AS_DRAFT_METHODS
+from specdeploy.vllm.methods import METHODS as METHOD_TABLE
+from specdeploy.vllm.methods import Method as SpeculativeMethod
+from specdeploy.vllm.methods import accepted_names, aliases, method_named, methods_where
 
 API_GROUP = "specdeploy.io"
 API_VERSION = "v1alpha1"
@@ -19,13 +21,11 @@ PLURAL = "speculativedeployments"
 SINGULAR = "speculativedeployment"
 SHORT_NAMES = ["sdep"]
 
-# The methods this operator plans for. Which of them a vLLM release accepts is that release's
-# fact (specdeploy.vllm): newer releases dropped medusa and mlp_speculator.
-Method = Literal[
-    "dspark", "eagle", "eagle3", "mtp", "draft_model", "dflash",
-    "ngram", "medusa", "mlp_speculator", "suffix",
-]
-METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
+# The methods this operator plans for, and every alias a supported release accepts for one
+# (specdeploy.vllm.methods). Which of them a release accepts is that release's fact: newer releases
+# dropped medusa and mlp_speculator.
+METHODS: tuple[str, ...] = accepted_names()
+Method = Literal[METHODS]  # type: ignore[valid-type]
 
 MAX_NUM_SPECULATIVE_TOKENS = 64
 # Far above any checkpoint (the largest are a few TB) or GPU (B300: 288 GB), far below what
@@ -79,9 +79,24 @@ def check_int_or_auto(value: IntOrAuto) -> IntOrAuto:
 
 def draft_model_rule(method: str) -> Literal["none", "optional", "required"]:
     """Whether `method` takes a draft checkpoint (the spec and the CLI phrase it each their way)."""
-    if method in MODEL_FREE_METHODS:
-        return "none"
-    return "optional" if method in TARGET_AS_DRAFT_METHODS else "required"
+    return method_named(method).draft
+
+
+def _method_description() -> str:
+    """`draft.method`'s description, from the method table."""
+    kinds = "; ".join(f"{m.name}: {m.summary}" for m in METHOD_TABLE.values())
+    by_alias: dict[str, list[str]] = {}
+    for alias, method in aliases().items():
+        by_alias.setdefault(method, []).append(alias)
+    named = "; ".join(f"{', '.join(names)} name {method} (vLLM rewrites them to it)" for method, names in by_alias.items())
+    return (f"vLLM speculative method. {kinds}. No draft model: {', '.join(methods_where(draft='none'))}. "
+            f"Without draft.model, {', '.join(m.name for m in METHOD_TABLE.values() if m.target_as_draft)} draft "
+            f"from the target checkpoint itself. {named}.")
+
+
+def _draft_model_description() -> str:
+    without = [m.name for m in METHOD_TABLE.values() if m.draft != "required"]
+    return f"Draft Hub repo id or path. Required for every method except {', '.join(without)}."
 
 
 class SpecModel(BaseModel):
@@ -122,8 +137,8 @@ class TargetSpec(ModelSource):
 class DraftSpec(SpecModel):
     """The speculative method and, where it has one, the draft checkpoint."""
 
-    method: Method = Field(description="vLLM speculative method. ngram and suffix need no draft model; mtp uses the target's own MTP layers, and dspark without a model the DSpark head inside the target checkpoint (DeepSeek-V4).")
-    model: NoSpace | None = Field(None, description="Draft Hub repo id or path. Required for every method except ngram, suffix, mtp and (DeepSeek-V4 in-checkpoint) dspark.", min_length=1, max_length=512)
+    method: Method = Field(description=_method_description())
+    model: NoSpace | None = Field(None, description=_draft_model_description(), min_length=1, max_length=512)
     revision: str | None = Field(None, description="Hub revision of the draft.", max_length=128)
     trust_remote_code: bool = Field(False, description="Whether the draft's config needs remote code to parse (vLLM inherits the target's setting).")
     config: dict[str, Any] | None = Field(None, description="The draft's config.json inline.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
@@ -157,8 +172,13 @@ class DraftSpec(SpecModel):
         return self
 
     @property
+    def speculative_method(self) -> SpeculativeMethod:
+        """The method's record, aliases resolved (deepseek_mtp -> mtp)."""
+        return method_named(self.method)
+
+    @property
     def has_own_checkpoint(self) -> bool:
-        return bool(self.model) and self.method not in MODEL_FREE_METHODS
+        return bool(self.model) and self.speculative_method.draft != "none"
 
 
 class GpuSpec(SpecModel):

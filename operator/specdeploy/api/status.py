@@ -11,13 +11,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from specdeploy.api.conditions import CONDITION_TYPES
 from specdeploy.api.spec import SpecModel
 
-# Reconciling and Stalled are kstatus's own types (abnormal-true): Flux reads them with no
-# configuration, while Argo CD and `kubectl wait` read Ready.
-# SpeculationEffective comes from the acceptance vLLM reports (telemetry), not from the spec.
-ConditionType = Literal["Validated", "Planned", "Preflight", "Progressing", "Available", "Ready", "Reconciling", "Stalled", "SpeculationEffective"]
-CONDITION_TYPES: tuple[str, ...] = ConditionType.__args__  # type: ignore[attr-defined]
+# The types are listed in api/conditions.py (the one list the controller and the Argo CD check read).
+ConditionType = Literal[CONDITION_TYPES]  # type: ignore[valid-type]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 

@@ -21,6 +21,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
+from specdeploy.api.conditions import SPEC_CONDITIONS
 from specdeploy.controller.kube import KubePermanentError, KubeTemporaryError
 from specdeploy.controller.metrics import METRICS
 from specdeploy.controller.reconcile import Reconciler, Result
@@ -62,7 +63,7 @@ async def reconcile_once(reconciler: Reconciler, body: Mapping[str, Any], *, bud
         except Exception as exc:  # a bug: say so in status rather than leave none
             METRICS.reconciles.labels("error").inc()
             logger.exception("Reconcile failed unexpectedly")
-            note = await _note(reconciler, body, logger, post, lambda live: reconciler.failed(live, exc, now=utc_now()))
+            note = await _note(reconciler, body, logger, post, lambda live, error=exc: reconciler.failed(live, error, now=utc_now()))
             return Outcome(None, note.retry or str(exc))
     if result.body is None:
         return Outcome(result)  # the CR is gone
@@ -72,7 +73,7 @@ async def reconcile_once(reconciler: Reconciler, body: Mapping[str, Any], *, bud
     if result.retry is not None:
         METRICS.reconciles.labels("retry").inc()
         return Outcome(result, result.retry, result.retry_kind)
-    valid = all(c.get("status") == "True" for c in result.status.get("conditions") or [] if c.get("type") in ("Validated", "Planned"))
+    valid = all(c.get("status") == "True" for c in result.status.get("conditions") or [] if c.get("type") in SPEC_CONDITIONS)
     METRICS.reconciles.labels("ok" if valid else "invalid").inc()
     return Outcome(result)
 

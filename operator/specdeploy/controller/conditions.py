@@ -5,23 +5,16 @@ lastTransitionTime (which is what makes "nothing changed -> nothing written" hol
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
-from specdeploy.api.status import CONDITION_TYPES, Condition
+from specdeploy.api.conditions import (
+    AVAILABLE, CONDITION_TYPES, PREFLIGHT, PROGRESSING, READY, RECONCILING, SPEC_CONDITIONS, STALLED, STUCK_REASONS,
+    UNKNOWN, VALIDATED, Reason, Verdict,
+)
+from specdeploy.api.status import Condition
 
-
-# Progressing reasons that mean the operator cannot make progress on its own (kstatus Stalled).
-# PreflightHeld: spec.preflight.mode Required and the preflight Job could not run.
-STUCK_REASONS = frozenset({"ApplyFailed", "InvalidChildNames", "ReconcileError", "PreflightHeld"})
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One condition's value before timestamps are attached."""
-
-    status: str  # "True" | "False" | "Unknown"
-    reason: str
-    message: str = ""
+Verdicts = dict[str, Verdict]  # condition type -> its value
+Event = tuple[str, str, str]  # (type, reason, message)
 
 
 @dataclass(frozen=True)
@@ -55,87 +48,92 @@ class WorkloadState:
         return self.current and self.updated >= self.desired and self.ready >= self.desired
 
 
-def workload_verdicts(workload: WorkloadState | None, applied: bool) -> dict[str, Verdict]:
+def workload_verdicts(workload: WorkloadState | None, applied: bool) -> Verdicts:
     """Progressing and Available from the workload alone."""
     if workload is None:
         return {
-            "Progressing": Verdict("True" if applied else "False", "Creating" if applied else "NoWorkload"),
-            "Available": Verdict("False", "NoWorkload", "no workload has been created yet"),
+            PROGRESSING: Verdict("True", Reason.CREATING) if applied else Verdict("False", Reason.NO_WORKLOAD),
+            AVAILABLE: Verdict("False", Reason.NO_WORKLOAD, "no workload has been created yet"),
         }
     where = f"{workload.kind} {workload.name}: {workload.ready}/{workload.desired} replicas ready"
     if workload.rolled_out:
-        progressing = Verdict("False", "RolloutComplete", where)
+        progressing = Verdict("False", Reason.ROLLOUT_COMPLETE, where)
     else:
-        progressing = Verdict("True", "RollingOut", where)
+        progressing = Verdict("True", Reason.ROLLING_OUT, where)
     if workload.desired == 0:
-        available = Verdict("False", "ScaledToZero", where)
+        available = Verdict("False", Reason.SCALED_TO_ZERO, where)
     elif workload.ready > 0:
-        available = Verdict("True", "ReplicasReady", where)
+        available = Verdict("True", Reason.REPLICAS_READY, where)
     else:
-        available = Verdict("False", "NoReplicasReady", where)
-    return {"Progressing": progressing, "Available": available}
+        available = Verdict("False", Reason.NO_REPLICAS_READY, where)
+    return {PROGRESSING: progressing, AVAILABLE: available}
 
 
-def ready_verdict(verdicts: dict[str, Verdict], workload: WorkloadState | None) -> Verdict:
+def ready_verdict(verdicts: Verdicts, workload: WorkloadState | None) -> Verdict:
     """Ready summarises: the current spec is valid, planned, applied and fully rolled out."""
-    for kind in ("Validated", "Planned"):
+    for kind in SPEC_CONDITIONS:
         v = verdicts[kind]
         if v.status != "True":
             suffix = " (the last valid workload keeps serving)" if workload and workload.ready else ""
             return Verdict("False" if v.status == "False" else "Unknown", v.reason, f"{kind}: {v.message}{suffix}")
-    progressing = verdicts.get("Progressing")
+    progressing = verdicts.get(PROGRESSING)
     if progressing is not None and progressing.status == "False" and progressing.reason in STUCK_REASONS:
         return Verdict("False", progressing.reason, progressing.message)
     if workload is None:
-        if progressing is not None and progressing.status == "True" and progressing.reason != "Creating":
+        if progressing is not None and progressing.status == "True" and progressing.reason != Reason.CREATING:
             return Verdict("Unknown", progressing.reason, progressing.message)  # e.g. waiting for the preflight
-        return Verdict("Unknown", "Creating", "the workload is being created")
+        return Verdict("Unknown", Reason.CREATING, "the workload is being created")
     if workload.rolled_out and workload.desired > 0:
-        return Verdict("True", "Serving", verdicts["Available"].message)
+        return Verdict("True", Reason.SERVING, verdicts[AVAILABLE].message)
     if workload.desired == 0:
-        return Verdict("False", "ScaledToZero", "replicas is 0")
-    return Verdict("False", verdicts["Progressing"].reason, verdicts["Progressing"].message)
+        return Verdict("False", Reason.SCALED_TO_ZERO, "replicas is 0")
+    return Verdict("False", verdicts[PROGRESSING].reason, verdicts[PROGRESSING].message)
 
 
-def kstatus_verdicts(verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
+def kstatus_verdicts(verdicts: Verdicts) -> Verdicts:
     """kstatus (Flux's health check) ignores Ready and reads Reconciling/Stalled: Stalled
     when the spec cannot be served as written, Reconciling while Ready is on its way."""
-    unknown = Verdict("Unknown", "")
-    blocked = [verdicts.get(k, unknown) for k in ("Validated", "Planned") if verdicts.get(k, unknown).status == "False"]
-    progressing = verdicts.get("Progressing", unknown)
+    blocked = [verdicts.get(k, UNKNOWN) for k in SPEC_CONDITIONS if verdicts.get(k, UNKNOWN).status == "False"]
+    progressing = verdicts.get(PROGRESSING, UNKNOWN)
     if progressing.status == "False" and progressing.reason in STUCK_REASONS:
         blocked.append(progressing)  # the children cannot be written: stuck until it is fixed
-    stalled = Verdict("True", blocked[0].reason, blocked[0].message) if blocked else Verdict("False", "NotStalled")
-    ready = verdicts.get("Ready", unknown)
-    settled = blocked or ready.status == "True" or ready.reason == "ScaledToZero"
-    reconciling = Verdict("False", "Settled") if settled else Verdict("True", ready.reason or "Reconciling", ready.message)
-    return {"Reconciling": reconciling, "Stalled": stalled}
+    stalled = Verdict("True", blocked[0].reason, blocked[0].message) if blocked else Verdict("False", Reason.NOT_STALLED)
+    ready = verdicts.get(READY, UNKNOWN)
+    settled = blocked or ready.status == "True" or ready.reason == Reason.SCALED_TO_ZERO
+    reconciling = (Verdict("False", Reason.SETTLED) if settled
+                   else Verdict("True", ready.reason or Reason.RECONCILING, ready.message))
+    return {RECONCILING: reconciling, STALLED: stalled}
+
+
+def condition_entry(kind: str, verdict: Verdict, old: Mapping[str, Any] | None, *, now: str,
+                    generation: int | None) -> dict[str, Any]:
+    """The one condition writer: `verdict` as a stored condition. lastTransitionTime changes
+    only when the status does, so an unchanged verdict writes nothing."""
+    same = old is not None and old.get("status") == verdict.status
+    since = (old or {}).get("lastTransitionTime") if same else None
+    cond = Condition(type=kind, status=verdict.status, reason=verdict.reason, message=verdict.message[:32768],
+                     last_transition_time=since or now, observed_generation=generation)
+    return cond.model_dump(by_alias=True, exclude_none=True)
 
 
 def merge_conditions(
-    previous: list[dict[str, Any]], verdicts: dict[str, Verdict], *, now: str, generation: int | None
+    previous: list[dict[str, Any]], verdicts: Verdicts, *, now: str, generation: int | None
 ) -> list[dict[str, Any]]:
-    """Conditions in a fixed order; lastTransitionTime changes only when status does."""
+    """Conditions in a fixed order, the kstatus pair derived from the others; a type with no
+    verdict keeps its stored condition."""
     before = {c.get("type"): c for c in previous or []}
     verdicts = {**verdicts, **kstatus_verdicts(verdicts)}
     out = []
     for kind in CONDITION_TYPES:
         v = verdicts.get(kind)
-        if v is None:
-            if kind in before:
-                out.append(before[kind])
-            continue
-        old = before.get(kind)
-        since = old.get("lastTransitionTime") if old and old.get("status") == v.status else now
-        cond = Condition(
-            type=kind, status=v.status, reason=v.reason, message=v.message,
-            last_transition_time=since or now, observed_generation=generation,
-        )
-        out.append(cond.model_dump(by_alias=True, exclude_none=True))
+        if v is not None:
+            out.append(condition_entry(kind, v, before.get(kind), now=now, generation=generation))
+        elif kind in before:
+            out.append(before[kind])
     return out
 
 
-def verdicts_from(conditions: list[dict[str, Any]]) -> dict[str, Verdict]:
+def verdicts_from(conditions: list[dict[str, Any]]) -> Verdicts:
     """Read back the verdicts another writer stored (the readiness mirror keeps Validated
     and Planned as the reconcile left them)."""
     return {
@@ -145,7 +143,35 @@ def verdicts_from(conditions: list[dict[str, Any]]) -> dict[str, Verdict]:
     }
 
 
-def transitions(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Conditions whose status changed (or appeared): each gets an Event."""
-    before = {c.get("type"): c.get("status") for c in previous or []}
-    return [c for c in current if before.get(c["type"]) != c["status"]]
+def condition_events(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[Event]:
+    """Events for Warnings and meaningful transitions only: a condition's first appearance in
+    its expected state (Validated/Planned True, Available/Ready False) is no news."""
+    before = {c.get("type"): c for c in previous or []}
+    events = []
+    for cond in current:
+        kind, status, old = cond["type"], cond["status"], before.get(cond["type"])
+        message = f"{kind}={status}" + (f": {cond['message']}" if cond.get("message") else "")
+        stale = cond["reason"] == Reason.CONFIG_REFRESH_RETRYING
+        if kind == VALIDATED and stale and (old or {}).get("reason") != Reason.CONFIG_REFRESH_RETRYING:
+            events.append(("Warning", cond["reason"], message))
+        elif kind == PREFLIGHT and cond["reason"] == Reason.COULD_NOT_RUN and (old or {}).get("reason") != Reason.COULD_NOT_RUN:
+            events.append(("Warning", cond["reason"], message))  # Unknown (BestEffort) or False (Required)
+        elif old is None or old.get("status") != status:
+            events += _transition_event(kind, status, old, cond["reason"], message)
+    return events
+
+
+def _transition_event(kind: str, status: str, old: Mapping[str, Any] | None, reason: str, message: str) -> list[Event]:
+    """The Event for a condition whose status changed (or that appeared), if it is news."""
+    if kind in SPEC_CONDITIONS:
+        if status == "False":
+            return [("Warning", reason, message)]
+        return [("Normal", reason, message)] if old is not None else []
+    if kind in (AVAILABLE, READY):
+        if status == "True":
+            return [("Normal", reason, message)]
+        if old is not None and old.get("status") == "True":
+            return [("Warning" if kind == AVAILABLE else "Normal", reason, message)]
+    if kind == STALLED and status == "True":
+        return [("Warning", reason, message)]
+    return []

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from specdeploy.api.conditions import READY
 from specdeploy.controller.env import Number
 
 METRICS_PORT_ENV = "SPECDEPLOY_METRICS_PORT"
@@ -30,7 +31,7 @@ class _StateCollector:
         self._guard = threading.Lock()
 
     def observe(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        ready = next((c.get("status", "Unknown") for c in status.get("conditions") or [] if c.get("type") == "Ready"), "Unknown")
+        ready = next((c.get("status", "Unknown") for c in status.get("conditions") or [] if c.get("type") == READY), "Unknown")
         findings = tuple((f.get("code", ""), f.get("severity", "")) for f in status.get("findings") or [] if isinstance(f, dict))
         with self._guard:
             self._state[(namespace, name)] = (ready, findings)

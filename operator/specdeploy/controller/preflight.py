@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping
 
+from specdeploy.api.conditions import Reason, Verdict
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.controller.conditions import Verdict
 from specdeploy.controller.kube import Kube, KubeTemporaryError
 from specdeploy.controller.metrics import METRICS
 from specdeploy.preflight import JUDGE_FILE
@@ -29,13 +29,6 @@ from specdeploy.preflight.request import JudgeRequest
 # Operator-wide switch (chart: extraEnv): "false" runs no preflight Job for any CR, as on a
 # cluster that allows the operator no Jobs. Any other value, or unset: spec.preflight.mode decides.
 PREFLIGHT_ENV = "SPECDEPLOY_PREFLIGHT"
-PREFLIGHT = "Preflight"
-
-# Reasons (Preflight condition; Validated and Progressing while the gate decides).
-PASSED, REFUSED, RUNNING_REASON, COULD_NOT_RUN, DISABLED = "Passed", "Refused", "Running", "CouldNotRun", "Disabled"
-PREFLIGHT_REFUSED = "PreflightRefused"  # Validated
-PREFLIGHT_RUNNING, PREFLIGHT_HELD = "PreflightRunning", "PreflightHeld"  # Progressing
-PREFLIGHT_DISAGREES = "PreflightDisagrees"  # Warning Event: fast rules accept, the image's vLLM refuses
 # The judge's stage -> the finding stage whose condition it decides.
 _FINDING_STAGE = {"args": "spec", "config": "pair", "load": "load", "memory": "plan"}
 
@@ -87,7 +80,7 @@ def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast
     version = outcome.verdict.vllm_version if outcome.verdict is not None else None
     where = f"vLLM {version} in {request.image}" if version else f"vLLM in {request.image}"
     if outcome.kind == "Passed":
-        return Decision(True, Verdict("True", PASSED, f"{where} accepts the exact args (Job {job})"), status)
+        return Decision(True, Verdict("True", Reason.PASSED, f"{where} accepts the exact args (Job {job})"), status)
     if outcome.kind == "Refused":
         verdict = outcome.verdict
         assert verdict is not None
@@ -95,18 +88,18 @@ def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast
         finding = {"code": "preflight-refused", "severity": "error", "stage": _FINDING_STAGE.get(verdict.stage or "", "load"),
                    "field": "spec", "message": message[:4096]}
         disagree = f"vLLM {fast_version} rules accept the spec; {message}"
-        return Decision(False, Verdict("False", REFUSED, message), status, validated=Verdict("False", PREFLIGHT_REFUSED, message),
-                        findings=[finding], events=[("Warning", PREFLIGHT_DISAGREES, disagree)])
+        return Decision(False, Verdict("False", Reason.REFUSED, message), status, validated=Verdict("False", Reason.PREFLIGHT_REFUSED, message),
+                        findings=[finding], events=[("Warning", Reason.PREFLIGHT_DISAGREES, disagree)])
     if outcome.kind == "Running":
         message = f"Job {job} runs {where} on the exact args (no GPU); the workload waits for its verdict"
-        return Decision(False, Verdict("Unknown", RUNNING_REASON, message), status,
-                        progressing=Verdict("True", PREFLIGHT_RUNNING, message), retry=f"preflight Job {job} is running")
+        return Decision(False, Verdict("Unknown", Reason.RUNNING, message), status,
+                        progressing=Verdict("True", Reason.PREFLIGHT_RUNNING, message), retry=f"preflight Job {job} is running")
     if mode == "BestEffort":
         message = f"the preflight Job {job} could not run: {outcome.why}; proceeding on the fast rules (spec.preflight.mode BestEffort)"
-        return Decision(True, Verdict("Unknown", COULD_NOT_RUN, message), {**status, "outcome": "CouldNotRun"})
+        return Decision(True, Verdict("Unknown", Reason.COULD_NOT_RUN, message), {**status, "outcome": "CouldNotRun"})
     message = (f"the preflight Job {job} could not run: {outcome.why}; spec.preflight.mode Required holds the workload "
                "(fix the cause, change the spec, or set mode BestEffort)")
-    return Decision(False, Verdict("False", COULD_NOT_RUN, message), status, progressing=Verdict("False", PREFLIGHT_HELD, message),
+    return Decision(False, Verdict("False", Reason.COULD_NOT_RUN, message), status, progressing=Verdict("False", Reason.PREFLIGHT_HELD, message),
                     retry=None if outcome.final else f"preflight Job {job}: {outcome.why}")
 
 
@@ -127,7 +120,7 @@ def enabled() -> bool:
 
 
 def disabled() -> Decision:
-    return Decision(True, Verdict("Unknown", DISABLED, "spec.preflight.mode is Disabled: the fast rules alone decide"))
+    return Decision(True, Verdict("Unknown", Reason.DISABLED, "spec.preflight.mode is Disabled: the fast rules alone decide"))
 
 
 class PreflightGate:

@@ -1,6 +1,10 @@
-"""One reconcile for create, update and resume: parse -> resolve configs -> evaluate ->
-render -> apply + prune -> status. The readiness mirror that keeps status in step with the
-workload between reconciles, and `heal`, which puts back a child that drifted or vanished.
+"""One reconcile for create, update and resume, as named steps: parse -> resolve configs ->
+judge (validation + plan) -> preflight (the image's own vLLM on the exact args, once per
+combination: controller/preflight.py) -> apply (render, apply, prune) -> status. Each step reads and fills
+one `Pass`; a step that settles the verdict (an invalid spec, a config not readable yet, a
+failed apply) stops the pass, and the status step always runs. A new step goes in
+`Reconciler.steps`, in flow order. The readiness mirror keeps status in step with the workload
+between reconciles, and `heal` puts back a child that drifted or vanished.
 
 Every status write goes through `write_status`: the change is computed against the live
 status inside the CR's writer lock (state.StatusWriters) and written there, as the API server
@@ -14,41 +18,39 @@ bounded pools of `offload.py`, so one CR's slow config never holds up another's 
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import inspect
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
+from specdeploy.api.conditions import PLANNED, PREFLIGHT, PROGRESSING, READY, SPEC_CONDITIONS, UNKNOWN, VALIDATED, Reason, Verdict
 from specdeploy.api.parse import parse_spec
-from specdeploy.api.spec import KIND, DraftSpec, ModelSource, SpeculativeDeploymentSpec
+from specdeploy.api.spec import KIND, SpeculativeDeploymentSpec
+from specdeploy.controller import preflight as gate
+from specdeploy.controller import state
 from specdeploy.controller.apply import Applied, apply_child, covers, owned_by, owned_children, prune
+from specdeploy.controller.config_reads import ConfigReads
 from specdeploy.controller.conditions import (
-    Verdict,
+    Event,
+    Verdicts,
     WorkloadState,
+    condition_events,
     merge_conditions,
     ready_verdict,
     verdicts_from,
     workload_verdicts,
 )
-from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, request_timeout
+from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.controller.offload import BUDGET_ENV, OffLoop
-from specdeploy.controller import preflight as gate
-from specdeploy.controller import state
 from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests, StatusWriters
+from specdeploy.findings import VALIDATION_STAGES, Finding, Severity
 from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
-from specdeploy.planning.plan import Plan
 from specdeploy.preflight.request import judge_request
 from specdeploy.render import endpoint, invalid_names, render_manifests, selector_string
-from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
-from specdeploy.findings import VALIDATION_STAGES, Severity
+from specdeploy.sources import SourceInvalid, SourceUnavailable
 
 _WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
-STALE_CONFIG = "ConfigRefreshRetrying"
-OVER_BUDGET = "ReconcileTimeout"
-# A ConfigMap read gives up sooner than other API calls: a read that hangs must end as
-# "refresh retrying" (the last good config kept) well inside the reconcile's time budget.
-CONFIG_READ_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -56,13 +58,58 @@ class Result:
     """What a reconcile produced: status changes, events to post, and whether to retry."""
 
     status_patch: dict[str, Any]
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    events: list[Event] = field(default_factory=list)
     retry: str | None = None  # message of a transient failure: the caller raises TemporaryError
     retry_kind: str = "source"  # "source" | "api" | "slow" | "preflight": picks the backoff schedule
     # Set by `write_status`: the CR as read under the lock (post Events on it) and its status
     # with the change applied.
     body: Mapping[str, Any] | None = None
     status: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Pass:
+    """One reconcile's working state: the live CR it started from, and what each step decided.
+    `verdicts` holds Validated, Planned and Preflight; `desired` the status fields the steps set."""
+
+    body: Mapping[str, Any]
+    now: str
+    attempt: int  # kopf's retry count: a second failed apply is reported as stuck
+    seen: int  # this process's status-write count for the CR when it was read
+    verdicts: Verdicts
+    desired: dict[str, Any] = field(default_factory=dict)
+    spec: SpeculativeDeploymentSpec | None = None
+    target: ModelInputs | None = None
+    draft: ModelInputs | None = None
+    stale: SourceUnavailable | None = None  # a config refresh failed: the last good one is used
+    evaluation: Evaluation | None = None
+    progressing: Verdict | None = None  # set by apply when it failed
+    applied: Applied | None = None  # the workload as apply left it (saves a read)
+    events: list[Event] = field(default_factory=list)  # posted beside the conditions' own
+    retry: str | None = None
+    retry_kind: str = "source"
+
+    @property
+    def name(self) -> str:
+        return self.body["metadata"]["name"]
+
+    @property
+    def namespace(self) -> str:
+        return self.body["metadata"]["namespace"]
+
+    @property
+    def generation(self) -> int | None:
+        return self.body["metadata"].get("generation")
+
+    @property
+    def previous(self) -> Mapping[str, Any]:
+        """The status as it was when the pass began."""
+        return self.body.get("status") or {}
+
+    def stop(self, retry: str | None = None, kind: str = "source") -> bool:
+        """End the pass here (the status step still runs), retrying later when `retry` says why."""
+        self.retry, self.retry_kind = retry, kind
+        return False
 
 
 def stored(value: Any) -> Any:
@@ -95,42 +142,9 @@ def _changes(previous: Mapping[str, Any], desired: dict[str, Any]) -> dict[str, 
     return out
 
 
-def _events(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """Events for Warnings and meaningful transitions only: a condition's first appearance in
-    its expected state (Validated/Planned True, Available/Ready False) is no news."""
-    before = {c.get("type"): c for c in previous or []}
-    events = []
-    for cond in current:
-        kind, status, old = cond["type"], cond["status"], before.get(cond["type"])
-        message = f"{kind}={status}" + (f": {cond['message']}" if cond.get("message") else "")
-        if kind == "Validated" and cond["reason"] == STALE_CONFIG and (old or {}).get("reason") != STALE_CONFIG:
-            events.append(("Warning", cond["reason"], message))
-            continue
-        if kind == gate.PREFLIGHT and cond["reason"] == gate.COULD_NOT_RUN and (old or {}).get("reason") != gate.COULD_NOT_RUN:
-            events.append(("Warning", cond["reason"], message))  # Unknown (BestEffort) or False (Required)
-            continue
-        if old is not None and old.get("status") == status:
-            continue
-        if kind in ("Validated", "Planned"):
-            if status == "False":
-                events.append(("Warning", cond["reason"], message))
-            elif old is not None:
-                events.append(("Normal", cond["reason"], message))
-        elif kind in ("Available", "Ready"):
-            if status == "True":
-                events.append(("Normal", cond["reason"], message))
-            elif old is not None and old.get("status") == "True":
-                events.append(("Warning" if kind == "Available" else "Normal", cond["reason"], message))
-        elif kind == "Stalled" and status == "True":
-            events.append(("Warning", cond["reason"], message))
-    return events
-
-
-def _source_key(source: ModelSource | DraftSpec, namespace: str) -> tuple[str, ...]:
-    if source.config_map_ref is not None:
-        ref = source.config_map_ref
-        return ("configmap", namespace, ref.name, ref.key)
-    return ("model", source.model or "", source.revision or "")
+def _summary(errors: list[Finding]) -> str:
+    """The first error, and how many more there are."""
+    return f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
 
 
 class Reconciler:
@@ -171,7 +185,13 @@ class Reconciler:
             result.status = {**(live.get("status") or {}), **result.status_patch}
             return result
 
+    @property
+    def steps(self) -> tuple[Callable[[Pass], Awaitable[bool]], ...]:
+        """The steps of a pass, in flow order; each returns False to stop the pass."""
+        return (self.parse, self.resolve, self.judge, self.preflight, self.apply)
+
     async def reconcile(self, body: Mapping[str, Any], *, now: str, retry: int = 0) -> Result:
+        """Run the steps on the live CR, then write the status they decided."""
         meta = body.get("metadata") or {}
         name, namespace = meta["name"], meta["namespace"]
         # Compute against the live object, not the event's copy: after rapid edits the copy's
@@ -180,182 +200,204 @@ class Reconciler:
         live = await self.kube.get(KIND, namespace, name)
         if live is None:
             return Result({})
-        body = live
-        meta = body.get("metadata") or {}
-        previous = dict(body.get("status") or {})
-        generation = meta.get("generation")
-        old_conditions = previous.get("conditions") or []
-        verdicts = verdicts_from(old_conditions)
-        desired: dict[str, Any] = {}
-        if generation is not None:
-            desired["observedGeneration"] = generation
-        workload_live: list[dict[str, Any] | None] = []  # set when apply already read it
-        extra_events: list[tuple[str, str, str]] = []
+        run = Pass(live, now, retry, seen, verdicts_from((live.get("status") or {}).get("conditions") or []))
+        if run.generation is not None:
+            run.desired["observedGeneration"] = run.generation
+        for step in self.steps:
+            if not await step(run):
+                break
+        return await self.write_status(namespace, name, functools.partial(self._status_change, run), copy=live, seen=seen)
 
-        async def finish(retry_message: str | None = None, kind: str = "source", progressing: Verdict | None = None) -> Result:
-            async def compute(current: Mapping[str, Any]) -> Result:
-                # Validated and Planned are this reconcile's; the workload's conditions come
-                # from the status as it is now (the mirror may have written since our read).
-                retry, retry_kind = retry_message, kind
-                status = dict(current.get("status") or {})
-                before = status.get("conditions") or []
-                merged = verdicts_from(before)
-                merged.update({k: v for k, v in verdicts.items() if k in ("Validated", "Planned", gate.PREFLIGHT)})
-                try:
-                    if workload_live:
-                        live_wl = workload_live[0]
-                        workload = WorkloadState.from_live(live_wl) if live_wl is not None else None
-                    else:
-                        workload = await self._live_workload(namespace, desired.get("workload") or status.get("workload"))
-                except KubeTemporaryError as exc:  # keep the workload verdicts we had
-                    retry, retry_kind = retry or str(exc), "api"
-                else:
-                    merged.update(workload_verdicts(workload, applied="workload" in desired or "workload" in status))
-                    if progressing is not None:
-                        merged["Progressing"] = progressing
-                    merged["Ready"] = ready_verdict(merged, workload)
-                    if workload is not None:
-                        desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
-                conditions = merge_conditions(before, merged, now=now, generation=generation)
-                desired["conditions"] = conditions
-                events = _events(before, conditions) + extra_events
-                new_errors = desired.get("findings") not in (None, status.get("findings"))
-                if merged["Validated"].status == "False" and new_errors and not any(e[0] == "Warning" for e in events):
-                    events.append(("Warning", merged["Validated"].reason, merged["Validated"].message))
-                return Result(_changes(status, desired), events, retry, retry_kind)
-
-            return await self.write_status(namespace, name, compute, copy=live, seen=seen)
-
-        # 1. parse
-        spec, spec_findings = await self.offload.run(self.offload.cpu, None, lambda: parse_spec(dict(body.get("spec") or {})))
+    async def parse(self, run: Pass) -> bool:
+        """The spec as the pure core reads it; findings when it does not parse."""
+        spec, findings = await self.offload.run(self.offload.cpu, None, functools.partial(parse_spec, dict(run.body.get("spec") or {})))
         if spec is None:
-            desired["findings"] = [f.to_dict() for f in spec_findings]
-            first = desired["findings"][0]
-            verdicts["Validated"] = Verdict("False", "InvalidSpec", f"{first['field']}: {first['message']}")
-            verdicts["Planned"] = Verdict("Unknown", "NotValidated", "the spec does not parse")
-            return await finish()
+            run.desired["findings"] = [f.to_dict() for f in findings]
+            first = findings[0]
+            run.verdicts[VALIDATED] = Verdict("False", Reason.INVALID_SPEC, f"{first.field}: {first.message}")
+            run.verdicts[PLANNED] = Verdict("Unknown", Reason.NOT_VALIDATED, "the spec does not parse")
+            return run.stop()
+        run.spec = spec
+        return True
 
-        # 2. resolve configs (the last good ones when a read fails transiently)
+    async def resolve(self, run: Pass) -> bool:
+        """Both models' configs; the last good ones when a read fails transiently."""
+        assert run.spec is not None
         try:
             async with self.slots.released():  # a read may stall: not while holding a slot
-                target, draft, stale = await self._resolve(spec, namespace)
+                reads = ConfigReads(self.kube, self.offload, self.configs, run.namespace)
+                run.target, run.draft, run.stale = await reads.pair(run.spec)
         except SourceUnavailable as exc:
             why = f"{exc.field}: {exc.message}"
-            current = previous.get("observedGeneration") == generation
-            if current and verdicts.get("Validated", Verdict("Unknown", "")).status == "True":
+            unchanged = run.previous.get("observedGeneration") == run.generation
+            if unchanged and run.verdicts.get(VALIDATED, UNKNOWN).status == "True":
                 # Nothing changed in the spec: the verdict and the workload stand.
-                verdicts["Validated"] = Verdict("True", STALE_CONFIG, f"the last good verdict stands; refreshing the config failed: {why} (retrying)")
-                return await finish(retry_message=why)
-            verdicts["Validated"] = Verdict("Unknown", "ConfigUnavailable", f"{why} (retrying)")
-            return await finish(retry_message=why)
+                run.verdicts[VALIDATED] = Verdict("True", Reason.CONFIG_REFRESH_RETRYING,
+                                                  f"the last good verdict stands; refreshing the config failed: {why} (retrying)")
+            else:
+                run.verdicts[VALIDATED] = Verdict("Unknown", Reason.CONFIG_UNAVAILABLE, f"{why} (retrying)")
+            return run.stop(why)
         except SourceInvalid as exc:
-            desired["findings"] = [{"code": "config-invalid", "severity": "error", "stage": "config", "field": exc.field, "message": exc.message}]
-            verdicts["Validated"] = Verdict("False", "ConfigInvalid", f"{exc.field}: {exc.message}")
-            verdicts["Planned"] = Verdict("Unknown", "NotValidated", "the model config could not be read")
-            return await finish()
+            run.desired["findings"] = [{"code": "config-invalid", "severity": "error", "stage": "config", "field": exc.field, "message": exc.message}]
+            run.verdicts[VALIDATED] = Verdict("False", Reason.CONFIG_INVALID, f"{exc.field}: {exc.message}")
+            run.verdicts[PLANNED] = Verdict("Unknown", Reason.NOT_VALIDATED, "the model config could not be read")
+            return run.stop()
+        return True
 
-        # 3. evaluate (validation + plan), by the release a preflight found in the image if any
-        k_in_force = _k_in_force(previous)
-        cpu = self.offload.cpu
-        spec_body = dict(body.get("spec") or {})
-        real_version = gate.judged_version(spec, previous)
-        if real_version is not None:
-            spec, spec_body = spec.model_copy(update={"vllm_version": real_version}), {**spec_body, "vllmVersion": real_version}
-        key = await self.offload.run(cpu, None, lambda: EvaluationCache.key(
-            spec_body, target.config, target.weight_bytes, draft.config if draft else None,
-            draft.weight_bytes if draft else None, k_in_force))
-        async with self.slots.released():
-            evaluation = await self.evaluations.get_or_compute(key, lambda: self.offload.run(
-                cpu, ("evaluate", key), lambda: evaluate(spec, target, draft, k_in_force=k_in_force)))
-        desired["findings"] = [f.to_dict() for f in evaluation.findings]
-        def summary(errors: list) -> str:
-            return f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
-
+    async def judge(self, run: Pass) -> bool:
+        """Validated and Planned from `pipeline.evaluate` (cached by what it reads)."""
+        evaluation = run.evaluation = await self._evaluate(run)
+        run.desired["findings"] = [f.to_dict() for f in evaluation.findings]
         errors = [f for f in evaluation.findings if f.severity is Severity.ERROR]
         if not evaluation.validated:
-            verdicts["Validated"] = Verdict("False", "ValidationFailed", summary([f for f in errors if f.stage in VALIDATION_STAGES]))
-            verdicts["Planned"] = Verdict("Unknown", "NotValidated", "fix the findings first")
-            return await finish()
+            run.verdicts[VALIDATED] = Verdict("False", Reason.VALIDATION_FAILED, _summary([f for f in errors if f.stage in VALIDATION_STAGES]))
+            run.verdicts[PLANNED] = Verdict("Unknown", Reason.NOT_VALIDATED, "fix the findings first")
+            return run.stop()
+        stale = run.stale
         if stale is not None:
-            verdicts["Validated"] = Verdict("True", STALE_CONFIG, f"valid with the last config read; refreshing it failed: {stale.field}: {stale.message} (retrying)")
+            run.verdicts[VALIDATED] = Verdict("True", Reason.CONFIG_REFRESH_RETRYING,
+                                              f"valid with the last config read; refreshing it failed: {stale.field}: {stale.message} (retrying)")
         else:
-            verdicts["Validated"] = Verdict("True", "Valid", f"{spec.draft.method} draft is compatible with the target (vLLM {evaluation.vllm_version} rules)")
-        if evaluation.plan is None or errors:
-            verdicts["Planned"] = Verdict("False", "NoFeasiblePlan", summary(errors) if errors else "no layout fits; see findings")
-            return await finish()
+            assert run.spec is not None
+            run.verdicts[VALIDATED] = Verdict("True", Reason.VALID,
+                                              f"{run.spec.draft.method} draft is compatible with the target (vLLM {evaluation.vllm_version} rules)")
         plan = evaluation.plan
-        verdicts["Planned"] = Verdict(
-            "True", "Planned",
+        if plan is None or errors:
+            run.verdicts[PLANNED] = Verdict("False", Reason.NO_FEASIBLE_PLAN, _summary(errors) if errors else "no layout fits; see findings")
+            return run.stop()
+        run.verdicts[PLANNED] = Verdict(
+            "True", Reason.PLANNED,
             f"tp={plan.tensor_parallel_size} pp={plan.pipeline_parallel_size} draftTp={plan.draft_tensor_parallel_size} "
             f"nodes/replica={plan.nodes_per_replica} gpus/pod={plan.gpus_per_pod}",
         )
-        desired["plan"] = evaluation.plan_dict()
-        retry_message = f"{stale.field}: {stale.message}" if stale is not None else None
+        run.desired["plan"] = evaluation.plan_dict()
+        run.retry = f"{stale.field}: {stale.message}" if stale is not None else None
+        return True
 
-        # 4. preflight: the image's own vLLM on the exact args, before a GPU workload
-        decision = await self._preflight(spec, plan, evaluation, target, draft, body)
-        if decision is not None:
-            verdicts[gate.PREFLIGHT] = decision.preflight
-            if decision.status is not None:
-                desired["preflight"] = decision.status
-            if decision.validated is not None:
-                verdicts["Validated"] = decision.validated
-            desired["findings"] += decision.findings
-            extra_events += decision.events
-            if not decision.proceed:
-                return await finish(decision.retry, kind="preflight", progressing=decision.progressing)
+    async def _evaluate(self, run: Pass) -> Evaluation:
+        """`evaluate` in the CPU pool; one job per content, shared by CRs of the same models."""
+        spec, target, draft = run.spec, run.target, run.draft
+        assert spec is not None and target is not None
+        k_in_force = _k_in_force(run.previous)
+        cpu = self.offload.cpu
+        spec_body = dict(run.body.get("spec") or {})
+        real_version = gate.judged_version(spec, run.previous)  # the image's release replaces the tag's guess
+        if real_version is not None:
+            spec, spec_body = spec.model_copy(update={"vllm_version": real_version}), {**spec_body, "vllmVersion": real_version}
+        key = await self.offload.run(cpu, None, functools.partial(
+            EvaluationCache.key, spec_body, target.config, target.weight_bytes,
+            draft.config if draft else None, draft.weight_bytes if draft else None, k_in_force))
+        job = functools.partial(evaluate, spec, target, draft, k_in_force=k_in_force)
+        async with self.slots.released():
+            return await self.evaluations.get_or_compute(key, functools.partial(self.offload.run, cpu, ("evaluate", key), job))
 
-        # 5. render, check names, apply, prune
-        children = render_manifests(spec, plan, name=name, namespace=namespace)
+    async def preflight(self, run: Pass) -> bool:
+        """The image's own vLLM on the exact args before a GPU workload; the Preflight condition.
+        No gate when the operator runs no preflight (SPECDEPLOY_PREFLIGHT=false)."""
+        spec, evaluation, target, draft = run.spec, run.evaluation, run.target, run.draft
+        assert spec is not None and evaluation is not None and evaluation.plan is not None and target is not None
+        if not gate.enabled():
+            return True
+        if spec.preflight.mode == "Disabled":
+            run.verdicts[PREFLIGHT] = gate.disabled().preflight
+            return True
+        request = await self.offload.run(self.offload.cpu, None, functools.partial(
+            judge_request, spec, evaluation.plan, target.config, draft.config if draft else None))
+        decision = await gate.PreflightGate(self.kube, self.logger).check(
+            spec, request, name=run.name, namespace=run.namespace, status=run.previous,
+            owner=_owner_reference(run.body), fast_version=evaluation.vllm_version)
+        run.verdicts[PREFLIGHT] = decision.preflight
+        if decision.status is not None:
+            run.desired["preflight"] = decision.status
+        if decision.validated is not None:
+            run.verdicts[VALIDATED] = decision.validated
+        run.desired["findings"] = run.desired.get("findings", []) + decision.findings
+        run.events += decision.events
+        if decision.proceed:
+            return True
+        run.progressing = decision.progressing
+        return run.stop(decision.retry, "preflight")
+
+    async def apply(self, run: Pass) -> bool:
+        """Render the children, check their names, apply them and prune what is no longer rendered."""
+        assert run.spec is not None and run.evaluation is not None and run.evaluation.plan is not None
+        children = render_manifests(run.spec, run.evaluation.plan, name=run.name, namespace=run.namespace)
         problems = invalid_names(children)
         if problems:
-            return await finish(retry_message, progressing=Verdict("False", "InvalidChildNames", "; ".join(problems)[:2000]))
+            run.progressing = Verdict("False", Reason.INVALID_CHILD_NAMES, "; ".join(problems)[:2000])
+            return run.stop(run.retry)
         for child in children:
-            child["metadata"]["ownerReferences"] = [_owner_reference(body)]
-        uid = meta["uid"]
-        entry = self.desired.lock(namespace, name, uid)
+            child["metadata"]["ownerReferences"] = [_owner_reference(run.body)]
+        try:
+            run.applied = await self._apply_children(run, children)
+        except KubeTemporaryError as exc:
+            stuck = exc.slow or run.attempt >= 1
+            reason = Reason.APPLY_FAILED if stuck else Reason.APPLY_RETRYING
+            run.progressing = Verdict("False" if stuck else "Unknown", reason, f"{exc} (retrying)")
+            return run.stop(str(exc), "slow" if exc.slow else "api")
+        except KubePermanentError as exc:
+            run.progressing = Verdict("False", Reason.APPLY_FAILED, str(exc))
+            return run.stop(run.retry)
+        run.desired.update(
+            workload=f"{run.applied.kind}/{run.applied.name}",
+            selector=selector_string(run.name),
+            endpoint=endpoint(run.name, run.namespace),
+        )
+        return True
+
+    async def _apply_children(self, run: Pass, children: list[dict[str, Any]]) -> Applied:
+        """Apply every child under the CR's lock; returns the workload (the first child)."""
+        uid = run.body["metadata"]["uid"]
+        entry = self.desired.lock(run.namespace, run.name, uid)
         # A CR never applied before (no workload in status, nothing remembered): its children
         # are most likely missing, so create first (a 409 falls back to read + patch) and there
         # is nothing of ours to prune.
-        first = "workload" not in previous and not entry.children
+        first = "workload" not in run.previous and not entry.children
         async with entry.lock:
             # Record first: the watch events our own writes cause then compare equal.
             rendered_before = set(entry.children)
             entry.children = Manifests(children)
-            try:
-                applied = [await apply_child(self.kube, child, self.logger, assume_missing=first) for child in children]
-                if not first and (not entry.pruned or set(entry.children) != rendered_before):
-                    # What we own by label, whatever its name (an older operator's too).
-                    owned = await owned_children(self.kube, namespace, name, uid)
-                    await prune(self.kube, namespace, uid, owned, set(entry.children), self.logger)
-                entry.pruned = True
-            except KubeTemporaryError as exc:
-                stuck = exc.slow or retry >= 1
-                failed = Verdict("False", "ApplyFailed", f"{exc} (retrying)") if stuck else Verdict("Unknown", "ApplyRetrying", f"{exc} (retrying)")
-                return await finish(str(exc), kind="slow" if exc.slow else "api", progressing=failed)
-            except KubePermanentError as exc:
-                return await finish(retry_message, progressing=Verdict("False", "ApplyFailed", str(exc)))
-        workload = applied[0]
-        workload_live.append(workload.live)
-        desired.update(
-            workload=f"{workload.kind}/{workload.name}",
-            selector=selector_string(name),
-            endpoint=endpoint(name, namespace),
-        )
-        return await finish(retry_message)
+            applied = [await apply_child(self.kube, child, self.logger, assume_missing=first) for child in children]
+            if not first and (not entry.pruned or set(entry.children) != rendered_before):
+                # What we own by label, whatever its name (an older operator's too).
+                owned = await owned_children(self.kube, run.namespace, run.name, uid)
+                await prune(self.kube, run.namespace, uid, owned, set(entry.children), self.logger)
+            entry.pruned = True
+        return applied[0]
 
-    async def _preflight(self, spec: SpeculativeDeploymentSpec, plan: Plan, evaluation: Evaluation, target: ModelInputs,
-                         draft: ModelInputs | None, body: Mapping[str, Any]) -> gate.Decision | None:
-        """The gate's decision; None when the operator runs no preflight (SPECDEPLOY_PREFLIGHT=false)."""
-        if not gate.enabled():
-            return None
-        if spec.preflight.mode == "Disabled":
-            return gate.disabled()
-        request = await self.offload.run(self.offload.cpu, None, lambda: judge_request(spec, plan, target.config, draft.config if draft else None))
-        meta = body["metadata"]
-        return await gate.PreflightGate(self.kube, self.logger).check(
-            spec, request, name=meta["name"], namespace=meta["namespace"], status=body.get("status") or {},
-            owner=_owner_reference(body), fast_version=evaluation.vllm_version)
+    async def _status_change(self, run: Pass, current: Mapping[str, Any]) -> Result:
+        """The status step: the pass's Validated and Planned, the workload's conditions from
+        the status as it is now (the mirror may have written since the pass began)."""
+        retry, retry_kind = run.retry, run.retry_kind
+        status = dict(current.get("status") or {})
+        before = status.get("conditions") or []
+        desired = dict(run.desired)
+        verdicts = verdicts_from(before)
+        verdicts.update({k: v for k, v in run.verdicts.items() if k in SPEC_CONDITIONS or k == PREFLIGHT})
+        try:
+            workload = await self._workload_now(run, status)
+        except KubeTemporaryError as exc:  # keep the workload verdicts we had
+            retry, retry_kind = retry or str(exc), "api"
+        else:
+            verdicts.update(workload_verdicts(workload, applied="workload" in desired or "workload" in status))
+            if run.progressing is not None:
+                verdicts[PROGRESSING] = run.progressing
+            verdicts[READY] = ready_verdict(verdicts, workload)
+            if workload is not None:
+                desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
+        conditions = desired["conditions"] = merge_conditions(before, verdicts, now=run.now, generation=run.generation)
+        events = condition_events(before, conditions) + run.events
+        validated = verdicts[VALIDATED]
+        new_errors = desired.get("findings") not in (None, status.get("findings"))
+        if validated.status == "False" and new_errors and not any(e[0] == "Warning" for e in events):
+            events.append(("Warning", validated.reason, validated.message))
+        return Result(_changes(status, desired), events, retry, retry_kind)
+
+    async def _workload_now(self, run: Pass, status: Mapping[str, Any]) -> WorkloadState | None:
+        """The workload as apply left it, else as the API server has it now."""
+        if run.applied is not None:
+            return WorkloadState.from_live(run.applied.live) if run.applied.live is not None else None
+        return await self._live_workload(run.namespace, run.desired.get("workload") or status.get("workload"))
 
     def failed(self, body: Mapping[str, Any], error: BaseException, *, now: str) -> Result:
         """Status for a reconcile that raised unexpectedly (a bug, not a verdict): Ready=False
@@ -365,11 +407,11 @@ class Reconciler:
         old_conditions = previous.get("conditions") or []
         verdicts = verdicts_from(old_conditions)
         message = f"the reconcile failed unexpectedly ({type(error).__name__}: {str(error)[:300]}); retrying"
-        verdicts["Progressing"] = Verdict("False", "ReconcileError", message)
-        verdicts["Ready"] = Verdict("False", "ReconcileError", message)
+        verdicts[PROGRESSING] = Verdict("False", Reason.RECONCILE_ERROR, message)
+        verdicts[READY] = Verdict("False", Reason.RECONCILE_ERROR, message)
         generation = (body.get("metadata") or {}).get("generation")
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
-        return Result(_changes(previous, {"conditions": conditions}), _events(old_conditions, conditions), message, "api")
+        return Result(_changes(previous, {"conditions": conditions}), condition_events(old_conditions, conditions), message, "api")
 
     def over_budget(self, body: Mapping[str, Any], budget_s: float, *, now: str) -> Result:
         """Status for a reconcile cut off by its time budget: Progressing=False with reason
@@ -382,57 +424,17 @@ class Reconciler:
         verdicts = verdicts_from(old_conditions)
         message = (f"the reconcile took longer than its {budget_s:g} s budget ({BUDGET_ENV}); "
                    "the slow step keeps running and the reconcile is retried")
-        verdicts["Progressing"] = Verdict("False", OVER_BUDGET, message)
-        for kind in ("Validated", "Planned"):
-            verdicts.setdefault(kind, Verdict("Unknown", OVER_BUDGET, message))
-        if verdicts.get("Ready", Verdict("Unknown", "")).status != "True":
-            verdicts["Ready"] = Verdict("Unknown", OVER_BUDGET, message)
+        cut_off = Verdict("Unknown", Reason.RECONCILE_TIMEOUT, message)
+        verdicts[PROGRESSING] = Verdict("False", Reason.RECONCILE_TIMEOUT, message)
+        for kind in SPEC_CONDITIONS:
+            verdicts.setdefault(kind, cut_off)
+        if verdicts.get(READY, UNKNOWN).status != "True":
+            verdicts[READY] = cut_off
         generation = (body.get("metadata") or {}).get("generation")
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
-        before = next((c for c in old_conditions if c.get("type") == "Progressing"), {})
-        events = [("Warning", OVER_BUDGET, message)] if before.get("reason") != OVER_BUDGET else []
+        before = next((c for c in old_conditions if c.get("type") == PROGRESSING), {})
+        events = [("Warning", Reason.RECONCILE_TIMEOUT, message)] if before.get("reason") != Reason.RECONCILE_TIMEOUT else []
         return Result(_changes(previous, {"conditions": conditions}), events, message, "api")
-
-    async def _resolve(self, spec: SpeculativeDeploymentSpec, namespace: str) -> tuple[ModelInputs, ModelInputs | None, SourceUnavailable | None]:
-        token = None
-        if spec.hf_token_secret_ref is not None:
-            ref = spec.hf_token_secret_ref
-            token = await self.kube.read_secret_key(namespace, ref.name, ref.key)
-        config_read_s = min(CONFIG_READ_TIMEOUT_S, request_timeout()[1])
-
-        async def config_map_text(field: str, name: str, key: str) -> str:
-            try:
-                text = await self.kube.read_config_map_key(namespace, name, key, timeout=config_read_s)
-            except KubeTemporaryError as exc:
-                raise SourceUnavailable(field, str(exc)) from exc
-            if text is None:  # may be created after the CR (GitOps ordering): retry
-                raise SourceUnavailable(field, f"ConfigMap {namespace}/{name} or its key {key!r} does not exist yet")
-            return text
-
-        async def fetch(source: ModelSource | DraftSpec, where: str) -> ModelInputs:
-            text = None
-            if source.config is None and source.config_map_ref is not None:  # read on the loop, parse off it
-                ref = source.config_map_ref
-                text = await config_map_text(f"{where}.configMapRef", ref.name, ref.key)
-            resolve = lambda: resolve_model(source, where, hf_token=token, configmap_reader=lambda _n, _k: text,  # noqa: E731
-                                            local_files=False)
-            if source.config is not None or text is not None:
-                return await self.offload.run(self.offload.cpu, None, resolve)
-            # A Hub read blocks on the network: the I/O pool, one job per (model, revision, token).
-            who = hashlib.sha256(token.encode()).hexdigest()[:16] if token else ""
-            return await self.offload.run(self.offload.io, ("hub", where, *_source_key(source, namespace), who), resolve)
-
-        async def read(source: ModelSource | DraftSpec, where: str) -> tuple[ModelInputs, Exception | None]:
-            if source.config is not None:
-                return await fetch(source, where), None
-            return await self.configs.read(_source_key(source, namespace), lambda: fetch(source, where), SourceUnavailable)
-
-        target, stale = await read(spec.target, "spec.target")
-        draft = None
-        if spec.draft.has_own_checkpoint:
-            draft, draft_stale = await read(spec.draft, "spec.draft")
-            stale = stale or draft_stale
-        return target, draft, stale  # type: ignore[return-value]
 
     async def _live_workload(self, namespace: str, ref: str | None) -> WorkloadState | None:
         if not ref or "/" not in ref:
@@ -462,17 +464,17 @@ class Reconciler:
         previous = dict(parent.get("status") or {})
         old_conditions = previous.get("conditions") or []
         verdicts = verdicts_from(old_conditions)
-        if "Validated" not in verdicts or "Planned" not in verdicts:
+        if any(kind not in verdicts for kind in SPEC_CONDITIONS):
             return Result({})  # the first reconcile has not run yet: it will write everything
         workload = WorkloadState.from_live(dict(workload_body)) if workload_body else None
         verdicts.update(workload_verdicts(workload, applied=workload is not None))
-        verdicts["Ready"] = ready_verdict(verdicts, workload)
+        verdicts[READY] = ready_verdict(verdicts, workload)
         generation = (parent.get("metadata") or {}).get("generation")
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
         desired: dict[str, Any] = {"conditions": conditions}
         if workload is not None:
             desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
-        return Result(_changes(previous, desired), _events(old_conditions, conditions))
+        return Result(_changes(previous, desired), condition_events(old_conditions, conditions))
 
     async def heal(self, child: Mapping[str, Any], event_type: str | None) -> Applied | None:
         """A child event: put back what drifted or vanished, delete what we own and no longer

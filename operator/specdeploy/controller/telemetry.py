@@ -29,8 +29,9 @@ from typing import Any, Awaitable, Callable, Mapping
 import kopf
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
-from specdeploy.api.status import Condition
+from specdeploy.api.conditions import SPECULATION_EFFECTIVE, Verdict
 from specdeploy.controller.attempt import Events, reconcile_once
+from specdeploy.controller.conditions import condition_entry
 from specdeploy.controller.env import Number
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.controller.offload import reconcile_budget
@@ -50,7 +51,7 @@ INTERVAL = Number(INTERVAL_ENV, DEFAULT_INTERVAL_S, minimum=0, exclusive=True)
 WINDOW = Number(WINDOW_ENV, DEFAULT_WINDOW_S, minimum=0, exclusive=True)
 SCRAPE_TIMEOUT_S = 3.0  # a pod that cannot answer /metrics in 3 s is skipped, not waited for
 MAX_PARALLEL_SCRAPES = 8
-CONDITION = "SpeculationEffective"
+CONDITION = SPECULATION_EFFECTIVE
 _K_FINDINGS = ("k-auto", "k-default")  # the plan's word on why k is what it is
 
 Fetch = Callable[[str], str]
@@ -108,13 +109,10 @@ def _metrics_port(pod: Mapping[str, Any]) -> int:
     return HTTP_PORT
 
 
-def set_condition(conditions: list[dict[str, Any]], verdict: Any, *, now: str, generation: int | None) -> list[dict[str, Any]]:
+def set_condition(conditions: list[dict[str, Any]], verdict: Verdict, *, now: str, generation: int | None) -> list[dict[str, Any]]:
     """The conditions with SpeculationEffective set; the others untouched (the reconcile owns them)."""
     old = next((c for c in conditions if c.get("type") == CONDITION), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == verdict.status and old.get("lastTransitionTime") else now
-    cond = Condition(type=CONDITION, status=verdict.status, reason=verdict.reason, message=verdict.message[:32768],
-                     last_transition_time=since, observed_generation=generation)
-    new = cond.model_dump(by_alias=True, exclude_none=True)
+    new = condition_entry(CONDITION, verdict, old, now=now, generation=generation)
     if old is not None and {**old, "observedGeneration": None} == {**new, "observedGeneration": None}:
         return conditions
     return [c for c in conditions if c.get("type") != CONDITION] + [new]

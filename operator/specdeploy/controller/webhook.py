@@ -23,7 +23,7 @@ import kopf
 from specdeploy.api.parse import parse_object, parse_spec
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
 from specdeploy.controller.env import Number
-from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model
+from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model, resolve_pair
 from specdeploy.findings import Severity
 
 HANDLER_ID = "validate-speculativedeployment"  # kopf routes POST /<id> to this handler
@@ -35,14 +35,16 @@ ConfigMapLookup = Callable[[str, str, str], "str | None"]
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Admission:
+    """The answer to one AdmissionReview."""
+
     allowed: bool
     message: str = ""
     warnings: list[str] = field(default_factory=list)
 
 
 def admission_verdict(obj: dict[str, Any], *, read_config_map: ConfigMapLookup | None = None,
-                      hf_token: str | None = None, check_name: bool = True) -> Verdict:
+                      hf_token: str | None = None, check_name: bool = True) -> Admission:
     """The verdict on one object. Refuse only on errors that are certain from what is at hand."""
     from specdeploy.pipeline import evaluate
 
@@ -66,22 +68,21 @@ def admission_verdict(obj: dict[str, Any], *, read_config_map: ConfigMapLookup |
         return text
 
     try:
-        target = resolve_model(spec.target, "spec.target", hf_token=hf_token, configmap_reader=configmap_reader, local_only=True)
-        draft = (resolve_model(spec.draft, "spec.draft", hf_token=hf_token, configmap_reader=configmap_reader, local_only=True)
-                 if spec.draft.has_own_checkpoint else None)
+        target, draft = resolve_pair(spec, lambda source, where: resolve_model(
+            source, where, hf_token=hf_token, configmap_reader=configmap_reader, local_only=True))
     except SourceInvalid as exc:
         return _refusal([], extra=f"{exc.field}: {exc.message}")
     except SourceUnavailable as exc:
-        return Verdict(True, warnings=[f"not judged at admission: {exc.field}: {exc.message[:300]}; the operator judges it in status"])
+        return Admission(True, warnings=[f"not judged at admission: {exc.field}: {exc.message[:300]}; the operator judges it in status"])
     evaluation = evaluate(spec, target, draft)
     if not evaluation.ok:
         return _refusal(list(evaluation.findings))
-    return Verdict(True, warnings=[f"{f.field}: {f.message}" for f in evaluation.findings if f.severity is Severity.WARNING])
+    return Admission(True, warnings=[f"{f.field}: {f.message}" for f in evaluation.findings if f.severity is Severity.WARNING])
 
 
-def _refusal(findings: list[Any], extra: str = "") -> Verdict:
+def _refusal(findings: list[Any], extra: str = "") -> Admission:
     errors = [f"{f.field}: {f.message} [{f.code}]" for f in findings if f.severity is Severity.ERROR]
-    return Verdict(False, "; ".join([*errors, *([extra] if extra else [])])[:4000] or "invalid")
+    return Admission(False, "; ".join([*errors, *([extra] if extra else [])])[:4000] or "invalid")
 
 
 CONFIG_MAP_READ_S = 2.0  # admission answers fast; a slow read admits with a warning
@@ -97,7 +98,7 @@ async def _handle(body: kopf.Body, operation: str | None, warnings: list[str], m
         read = kube.read_config_map_key(namespace, name, key, timeout=CONFIG_MAP_READ_S)
         return asyncio.run_coroutine_threadsafe(read, loop).result(CONFIG_MAP_READ_S + 1)
 
-    def judge() -> Verdict:
+    def judge() -> Admission:
         return admission_verdict(
             dict(body),
             read_config_map=read_config_map if kube is not None else None,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdeploy.vllm.drafts import eagle_architectures
+from specdeploy.vllm.drafts import EAGLE_FORMAT_MODEL_TYPE, eagle_format_architectures
 
 
 def is_eagle_format(raw: dict[str, Any]) -> bool:
-    return raw.get("model_type") == "eagle" and isinstance(raw.get("model"), dict)
+    return raw.get("model_type") == EAGLE_FORMAT_MODEL_TYPE and isinstance(raw.get("model"), dict)
 
 
 def eagle_text_config(raw: dict[str, Any]) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def eagle_text_config(raw: dict[str, Any]) -> dict[str, Any]:
     for key, value in raw.items():
         if key not in ("model", "architectures", "model_type") and key in inner:
             inner[key] = value  # EAGLEConfig sets its own kwargs on the inner config
-    inner["architectures"] = eagle_architectures("eagle", inner.get("architectures") or [])
+    inner["architectures"] = eagle_format_architectures(inner.get("architectures") or [])
     return inner
 
 

@@ -16,28 +16,28 @@ from transformers import CONFIG_MAPPING, PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
 from specdeploy.geometry.bounds import config_bound_findings, shown_value
-from specdeploy.geometry.context_length import LENGTH_KEYS, derived_max_model_len
+from specdeploy.geometry.context_length import derived_max_model_len
 from specdeploy.geometry.eagle_format import eagle_source_path, eagle_text_config, is_eagle_format
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
 from specdeploy.geometry.rejected_keys import MISSING, keys_at_fault, value_at
 from specdeploy.geometry.speculators import is_speculators_config, speculators_source_path, speculators_text_config
 from specdeploy.findings import Finding, error
 from specdeploy.vllm import VllmFacts
+from specdeploy.vllm.drafts import EAGLE_FORMAT_MODEL_TYPE
 from specdeploy.vllm.hf_config import config_value as _get, first_value as _first
+from specdeploy.vllm.methods import METHODS
 from specdeploy.vllm.mtp import MtpModule, mtp_module
 
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
 _EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
-_EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_topk", "moe_top_k")
-# The positional limit as the checkpoint states it; the served limit is derived_max_model_len.
-_MAX_LEN_KEYS = tuple(k for k in LENGTH_KEYS if k not in ("model_max_length", "max_target_positions"))
 
 
 # Drafts with no attention layers: vLLM reports 0 heads, 0 KV heads and head size 0 for
 # them (MedusaModelArchConfigConvertor; MLPSpeculatorConfig has no head count at all); a
 # Medusa config's `num_heads` counts its MLP heads.
 # Configs without attention heads: speculator heads, and Mamba-1 checkpoints (mamba.py: state only).
-ATTENTION_FREE_MODEL_TYPES = frozenset({"medusa", "mlp_speculator", "mamba", "falcon_mamba"})
+ATTENTION_FREE_MODEL_TYPES = frozenset({m.draft_model_type for m in METHODS.values() if m.draft_model_type}
+                                       | {"mamba", "falcon_mamba"})
 
 
 def _total_kv_heads(text: Any, model_type: str, heads: int) -> int:
@@ -77,15 +77,11 @@ class Geometry:
     vocab_size: int
     draft_vocab_size: int | None
     num_experts: int
-    num_experts_per_token: int
     dtype: str
-    quant_method: str | None
     weight_bits: float | None
-    max_position_embeddings: int | None
     derived_max_model_len: int  # the longest --max-model-len vLLM accepts for this config
     block_size: int | None
     n_predict: int | None
-    num_nextn_predict_layers: int | None
     mtp: MtpModule | None  # the MTP module vLLM would build from this model as a target
     kv_lora_rank: int | None = None
     q_lora_rank: int | None = None
@@ -100,7 +96,6 @@ class Geometry:
     linear_attn_heads: int = 0
     linear_attn_head_dim: int = 0
     tie_word_embeddings: bool = False
-    quantization: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     # The LLM config as vLLM reads it, for the per-layer cache rules (planning/kv_cache.py).
     text_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -167,10 +162,10 @@ def _quantization(config: Any, text: Any) -> dict[str, Any] | None:
     return dict(quant) if isinstance(quant, dict) else None
 
 
-def _weight_bits(quant: dict[str, Any] | None) -> tuple[str | None, float | None]:
+def _weight_bits(quant: dict[str, Any] | None) -> float | None:
     """Bits per quantized weight, including block-scale overhead where the format has it."""
     if not quant:
-        return None, None
+        return None
     method = str(quant.get("quant_method", "")).lower().replace("compressed_tensors", "compressed-tensors") or None
     fmt = str(quant.get("format", "")).lower()
     bits = quant.get("bits") or quant.get("w_bit")
@@ -181,15 +176,15 @@ def _weight_bits(quant: dict[str, Any] | None) -> tuple[str | None, float | None
         bits = weights.get("num_bits") or bits
         group_size = weights.get("group_size")
         if bits and group_size and group_size > 0:  # bounds.py checked both; -1 is per-channel
-            return method, float(bits) + 8.0 / float(group_size)  # one 8-bit scale per group
+            return float(bits) + 8.0 / float(group_size)  # one 8-bit scale per group
     if method == "mxfp4" or "mxfp4" in fmt:
-        return method, 4.25
+        return 4.25
     if method in {"fp8", "fbgemm_fp8", "modelopt"} or "fp8" in fmt:
-        return method, 8.0
+        return 8.0
     if bits:
         group_size = quant.get("group_size") or 128
-        return method, float(bits) + (16.0 / float(group_size) if group_size > 0 else 0.0)  # -1: per-channel
-    return method, None
+        return float(bits) + (16.0 / float(group_size) if group_size > 0 else 0.0)  # -1: per-channel
+    return None
 
 
 def _dtype(config: Any, text: Any) -> str:
@@ -231,7 +226,7 @@ def read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> t
 def _rejection(exc: ConfigRejected, raw: dict[str, Any], wrapper: str | None, field_prefix: str) -> Finding:
     """The refusal, at the key at fault when one is: `field_prefix.<path in the config as written>`
     (a key the unwrapping added, such as the architectures it chose, is not the user's to name)."""
-    source = {"speculators": speculators_source_path, "eagle": eagle_source_path}.get(wrapper or "", lambda _raw, path: path)
+    source = {"speculators": speculators_source_path, EAGLE_FORMAT_MODEL_TYPE: eagle_source_path}.get(wrapper or "", lambda _raw, path: path)
     paths = [path for path in (source(raw, path) for path in exc.paths) if value_at(raw, path, MISSING) is not MISSING]
     if not paths:
         return error("config-rejected", field_prefix, str(exc))
@@ -249,9 +244,9 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
     if bounds:
         return None, bounds
     # Wrapper formats vLLM unwraps itself; their architectures are final (no EAGLE re-wrap).
-    wrapper = "speculators" if is_speculators_config(raw) else "eagle" if is_eagle_format(raw) else None
+    wrapper = "speculators" if is_speculators_config(raw) else EAGLE_FORMAT_MODEL_TYPE if is_eagle_format(raw) else None
     try:
-        unwrapped = {"speculators": speculators_text_config, "eagle": eagle_text_config}[wrapper](raw) if wrapper else raw
+        unwrapped = {"speculators": speculators_text_config, EAGLE_FORMAT_MODEL_TYPE: eagle_text_config}[wrapper](raw) if wrapper else raw
         config = parse_config(unwrapped)
     except ConfigRejected as exc:
         return None, [_rejection(exc, raw, wrapper, field_prefix)]
@@ -300,11 +295,7 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
     experts = _first(text, _EXPERT_KEYS, 0) or 0
     if isinstance(experts, list):
         experts = experts[0]
-    per_token = _first(text, _EXPERTS_PER_TOKEN_KEYS, 0) or 0
-    if isinstance(per_token, list):
-        per_token = max(per_token, default=0)
-    quant = _quantization(config, text)
-    quant_method, bits = _weight_bits(quant)
+    bits = _weight_bits(_quantization(config, text))
     # A speculators checkpoint's proposal count is not a default vLLM applies to a draft
     # (SpeculativeConfig reads only hf_config.n_predict), so it is not read here either.
     n_predict = _get(config, "n_predict")
@@ -328,15 +319,11 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         vocab_size=int(required["vocab_size"]),
         draft_vocab_size=_get(config, "draft_vocab_size"),
         num_experts=int(experts),
-        num_experts_per_token=int(per_token),
         dtype=_dtype(config, text),
-        quant_method=quant_method,
         weight_bits=bits,
-        max_position_embeddings=_first(text, _MAX_LEN_KEYS),
         derived_max_model_len=derived_max_model_len(config, text),
         block_size=block_size,
         n_predict=n_predict,
-        num_nextn_predict_layers=_get(text, "num_nextn_predict_layers"),
         mtp=mtp_module(config, text, facts),
         kv_lora_rank=kv_lora,
         q_lora_rank=_get(text, "q_lora_rank"),
@@ -351,7 +338,6 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         linear_attn_heads=int(linear.get("num_heads", 0)) if isinstance(linear, dict) else 0,
         linear_attn_head_dim=int(linear.get("head_dim", 0)) if isinstance(linear, dict) else 0,
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
-        quantization=quant,
         text_config=text.to_dict() if isinstance(text, PretrainedConfig) else dict(text),
     )
     return geometry, []

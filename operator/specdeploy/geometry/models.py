@@ -10,7 +10,6 @@ from specdeploy.findings import Finding, error, has_errors
 from specdeploy.geometry.drafts import vllm_draft_config
 from specdeploy.geometry.model_geometry import Geometry, read_geometry
 from specdeploy.vllm import VllmFacts
-from specdeploy.vllm.drafts import TARGET_AS_DRAFT_METHODS
 
 
 @dataclass(frozen=True)
@@ -35,15 +34,15 @@ class Models:
 def read_models(spec: SpeculativeDeploymentSpec, target_in: ModelInputs, draft_in: ModelInputs | None,
                 facts: VllmFacts) -> tuple[Models | None, list[Finding]]:
     target, findings = read_geometry(target_in.config, "spec.target.config", facts)
-    method = spec.draft.method
+    method = spec.draft.speculative_method
     draft: Geometry | None = None
-    draft_is_target = method in TARGET_AS_DRAFT_METHODS and not spec.draft.model
+    draft_is_target = method.target_as_draft and not spec.draft.model
     if draft_is_target:
         draft = target
     elif spec.draft.has_own_checkpoint:
         if draft_in is None:
             findings.append(error("draft-config-missing", "spec.draft.config",
-                                  f"method {method} needs the draft's config.json (draft.config, draft.configMapRef, or a reachable draft.model)"))
+                                  f"method {method.name} needs the draft's config.json (draft.config, draft.configMapRef, or a reachable draft.model)"))
         else:
             draft_config = vllm_draft_config(method, draft_in.config, target.vocab_size) if target else draft_in.config
             draft, draft_findings = read_geometry(draft_config, "spec.draft.config", facts)

@@ -8,51 +8,52 @@ searched the same way, so the answer is `vision_config.rope_scaling`, not `visio
 
 from __future__ import annotations
 
-import time
+import json
+from dataclasses import dataclass
 from typing import Any, Callable
 
 Path = tuple[str, ...]
 
-# One class construction costs ~0.5 ms for a real config; a config with more keys than this, or
-# one so large that the search runs past the deadline (a 4 MiB config is copied per try), is not
-# searched: the refusal stands, naming the whole config.
+# The search is bounded by size, never by time, so its answer is the same on a busy machine: at
+# most MAX_TRIES class constructions (~0.5 ms each for a real config), and at most
+# MAX_SEARCH_BYTES of config copied over all of them (each try builds the config again). A config
+# whose search would exceed either is not searched: the refusal stands, naming the whole config.
 MAX_TRIES = 400
-DEADLINE_S = 1.0
+MAX_SEARCH_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class _Budget:
+    """Tries left for the whole search, sub-configs included."""
+
+    tries: int
+
+    def take(self, n: int) -> bool:
+        if n > self.tries:
+            return False
+        self.tries -= n
+        return True
 
 
 def keys_at_fault(accepts: Callable[[dict[str, Any]], bool], raw: dict[str, Any]) -> tuple[Path, ...]:
     """The paths whose removal alone makes `accepts` true; () when none does or the search is
     too large to run."""
-    tries, deadline = [0], time.monotonic() + DEADLINE_S
+    size = len(json.dumps(raw, default=str))
+    return _search(accepts, raw, lambda changed: changed, (), _Budget(min(MAX_TRIES, MAX_SEARCH_BYTES // max(size, 1))))
 
-    def search(node: dict[str, Any], rebuild: Callable[[dict[str, Any]], dict[str, Any]], prefix: Path) -> tuple[Path, ...]:
-        if tries[0] + len(node) > MAX_TRIES:
-            return ()
-        tries[0] += len(node)
-        found = []
-        for key in node:
-            if time.monotonic() > deadline:
-                raise _OutOfTime
-            if accepts(rebuild({k: v for k, v in node.items() if k != key})):
-                found.append(key)
-        if len(found) == 1 and _is_sub_config(found[0], node[found[0]]):
-            key, sub = found[0], node[found[0]]
-            try:
-                deeper = search(sub, lambda changed: rebuild({**node, key: changed}), prefix + (key,))
-            except _OutOfTime:
-                deeper = ()
-            if deeper:
-                return deeper
-        return tuple(prefix + (key,) for key in found)
 
-    try:
-        return search(raw, lambda changed: changed, ())
-    except _OutOfTime:
+def _search(accepts: Callable[[dict[str, Any]], bool], node: dict[str, Any],
+            rebuild: Callable[[dict[str, Any]], dict[str, Any]], prefix: Path, budget: _Budget) -> tuple[Path, ...]:
+    """The keys of `node` at fault; one sub-config at fault is searched in turn for the key inside it."""
+    if not budget.take(len(node)):
         return ()
-
-
-class _OutOfTime(Exception):
-    pass
+    found = [key for key in node if accepts(rebuild({k: v for k, v in node.items() if k != key}))]
+    if len(found) == 1 and _is_sub_config(found[0], node[found[0]]):
+        key, sub = found[0], node[found[0]]
+        deeper = _search(accepts, sub, lambda changed: rebuild({**node, key: changed}), prefix + (key,), budget)
+        if deeper:
+            return deeper
+    return tuple(prefix + (key,) for key in found)
 
 
 MISSING = object()

@@ -9,11 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdeploy.vllm.drafts import SPECULATORS_DSPARK_ARCHITECTURES
-
-EAGLE3_ARCHITECTURES = {"qwen3": "Eagle3Qwen3ForCausalLM", "llama": "Eagle3LlamaForCausalLM"}
-PEAGLE_ARCHITECTURES = {"qwen3": "PeagleQwen3ForCausalLM", "llama": "PeagleLlamaForCausalLM"}
-SUPPORTED_TYPES = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
+from specdeploy.vllm.drafts import SPECULATORS_ARCHITECTURES
 
 
 def is_speculators_config(raw: dict[str, Any]) -> bool:
@@ -24,25 +20,23 @@ def speculators_text_config(raw: dict[str, Any]) -> dict[str, Any]:
     """The transformer layer config vLLM builds, with the architecture it will load.
     Raises ValueError with vLLM's reasons when the checkpoint is not one it accepts."""
     kind = raw.get("speculators_model_type")
-    if kind not in SUPPORTED_TYPES:
-        raise ValueError(f"speculators_model_type {kind!r} is not one vLLM supports ({', '.join(SUPPORTED_TYPES)})")
+    if kind not in SPECULATORS_ARCHITECTURES:
+        raise ValueError(f"speculators_model_type {kind!r} is not one vLLM supports ({', '.join(SPECULATORS_ARCHITECTURES)})")
     layer = raw.get("transformer_layer_config")
     if not isinstance(layer, dict):
         raise ValueError("a speculators config must provide transformer_layer_config as an object")
     text = dict(layer)
     model_type = text.get("model_type", "llama")
-    if kind in ("eagle3", "peagle"):
-        table = EAGLE3_ARCHITECTURES if kind == "eagle3" else PEAGLE_ARCHITECTURES
-        if model_type not in table:
-            raise ValueError(f"{kind} speculators support transformer_layer_config.model_type {', '.join(table)}, not {model_type!r}")
-        text["architectures"] = [table[model_type]]
-    elif kind == "dflash":
-        text["architectures"] = ["DFlashDraftModel"]
-    elif kind == "dflash2":
-        text["architectures"] = ["DFlash2DraftModel"]
+    archs = SPECULATORS_ARCHITECTURES[kind]
+    if isinstance(archs, dict):
+        if model_type not in archs:
+            raise ValueError(f"{kind} speculators support transformer_layer_config.model_type {', '.join(archs)}, not {model_type!r}")
+        text["architectures"] = [archs[model_type]]
+    elif isinstance(archs, str):
+        text["architectures"] = [archs]
     else:
-        chosen = [a for a in raw.get("architectures") or [] if a in SPECULATORS_DSPARK_ARCHITECTURES]
-        text["architectures"] = chosen or ["Qwen3DSparkModel"]
+        chosen = [a for a in raw.get("architectures") or [] if a in archs]
+        text["architectures"] = chosen or [archs[0]]
     if raw.get("draft_vocab_size") is not None:
         text["draft_vocab_size"] = raw["draft_vocab_size"]
     for key in ("dtype", "torch_dtype"):

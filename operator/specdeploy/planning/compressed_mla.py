@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.planning.config_value import config_value
+from specdeploy.vllm.hf_config import config_value
 
 SWA_BLOCK = 64  # DeepseekV4SWACache(block_size=64)
 COMPRESSED_BLOCK = 256  # DeepseekV4SparseMLABackend / DeepseekV4IndexerBackend kernel block size

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from specdeploy.planning import compressed_mla
-from specdeploy.planning.config_value import config_value
+from specdeploy.vllm.hf_config import config_value
 from specdeploy.planning.layer_layout import (CHUNKED, FULL, INDEXER, MLA, SLIDING, STATE, attention_shape,
                                               dtype_bytes, layer_kinds, prefill_checkpoint_blocks, state_bytes)
 

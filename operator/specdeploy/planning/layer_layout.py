@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdeploy.planning.config_value import config_value
+from specdeploy.vllm.hf_config import config_value
 
 FULL, MLA, INDEXER, SLIDING, CHUNKED, STATE = "full", "mla", "indexer", "sliding_window", "chunked_local", "state"
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}

@@ -6,8 +6,7 @@ them, are in planning/kv_cache.py; this module says which layers each method bui
 from __future__ import annotations
 
 from specdeploy.geometry import Geometry
-from specdeploy.validation.load import built_draft_tp
-from specdeploy.vllm.drafts import DRAFT_KV_FREE_METHODS, SHARES_TARGET_EMBEDDINGS, USE_EAGLE_METHODS
+from specdeploy.vllm.methods import built_draft_tp, method_named
 from specdeploy.planning.kv_cache import (STATE, CacheNeed, LayerCache, cache_need, model_layer_caches,
                                           promote_local_to_full)
 
@@ -69,7 +68,7 @@ def estimate_weight_bytes(m: Geometry) -> int:
 def estimate_draft_weight_bytes(method: str, draft: Geometry, target_vocab_size: int) -> int:
     """The draft's checkpoint size from its config, without what it shares with the target."""
     total = estimate_weight_bytes(draft)
-    if method not in SHARES_TARGET_EMBEDDINGS:
+    if not method_named(method).shares_target_embeddings:
         return total
     embed = draft.vocab_size * draft.hidden_size * (1 if draft.tie_word_embeddings else 2)
     own_head = draft.draft_vocab_size * draft.hidden_size if draft.draft_vocab_size and draft.draft_vocab_size != target_vocab_size else 0
@@ -80,10 +79,11 @@ def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int,
                  pp: int, kv_cache_dtype: str, k: int, mamba_ssm_cache_dtype: str = "auto") -> list[LayerCache]:
     """Every layer cache vLLM allocates on one GPU: the target's, then the draft's."""
     caches = model_layer_caches(target, tp, pp, kv_cache_dtype, k, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
-    if draft is None or method in DRAFT_KV_FREE_METHODS:
+    record = method_named(method)
+    if draft is None or not record.keeps_draft_kv_cache:
         return caches
-    built_tp = built_draft_tp(method, tp, draft_tp) or tp
-    if method == "mtp":  # the target's own MTP layers, of the target's attention kind
+    built_tp = built_draft_tp(record, tp, draft_tp) or tp
+    if record.target_mtp_layers:  # the target's own MTP layers, of the target's attention kind
         layers = (draft.mtp.n_predict if draft.mtp else None) or 1
         caches = caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=layers, role="draft")
     else:
@@ -92,7 +92,7 @@ def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int,
     # config/vllm.py: chunked local attention + an EAGLE-style drafter disables the hybrid KV
     # cache manager, so the chunked layers are allocated as full attention.
     chunked = target.text_config.get("attention_chunk_size") if isinstance(target.text_config, dict) else None
-    return promote_local_to_full(caches) if chunked and method in USE_EAGLE_METHODS else caches
+    return promote_local_to_full(caches) if chunked and record.use_eagle else caches
 
 
 def attention_bytes_per_token(caches: list[LayerCache]) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Severity, Stage, error, has_errors, info
@@ -23,11 +22,10 @@ from specdeploy.planning.memory import (
     state_bytes_per_sequence,
 )
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
-from specdeploy.validation.load import built_draft_tp, check_load_layout
-from specdeploy.validation.rules import DRAFT_TP_FIELD, PP_FIELD, check_layout, check_model_tp
+from specdeploy.validation.load import check_load_layout
+from specdeploy.validation.rules import PP_FIELD, check_layout
 from specdeploy.vllm import VllmFacts
-from specdeploy.validation.speculative_tokens import draft_n_predict
-from specdeploy.vllm.drafts import DRAFT_AT_TARGET_TP_METHODS, NO_PIPELINE_PARALLEL
+from specdeploy.vllm.methods import built_draft_tp
 
 MAX_NODES_PER_REPLICA = 16
 MAX_PIPELINE_PARALLEL = 16
@@ -85,15 +83,15 @@ def _weights(spec: SpeculativeDeploymentSpec, target: Geometry, target_in: Model
         target_bytes, source = target_in.weight_bytes, "safetensors index"
     else:
         target_bytes, source = estimate_weight_bytes(target), "estimated from config.json"
-    method = spec.draft.method
-    if method == "mtp" or not spec.draft.model or draft is None:  # model-free methods have no draft.model
+    method = spec.draft.speculative_method
+    if method.target_mtp_layers or not spec.draft.model or draft is None:  # model-free methods have no draft.model
         draft_bytes = 0  # MTP layers / an in-checkpoint DSpark head ship inside the target checkpoint
     elif spec.draft.weights_gi_b is not None:
         draft_bytes = int(spec.draft.weights_gi_b * GIB)
     elif draft_in is not None and draft_in.weight_bytes:
         draft_bytes = draft_in.weight_bytes
     else:
-        draft_bytes = estimate_draft_weight_bytes(method, draft, target.vocab_size)
+        draft_bytes = estimate_draft_weight_bytes(method.name, draft, target.vocab_size)
     return target_bytes, draft_bytes, source
 
 
@@ -109,14 +107,13 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
 
 def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
             tp: int, draft_tp: int | None, pp: int, max_model_len: int, k: int) -> MemoryEstimate:
-    method = spec.draft.method
-    caches = layer_caches(method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
+    caches = layer_caches(spec.draft.method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
     need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k)
     return MemoryEstimate(
         gpu_memory_gib=gpu_gib,
         budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
         target_weights_gib=models.target_weight_bytes / (tp * pp) / GIB,
-        draft_weights_gib=models.draft_weight_bytes / (built_draft_tp(method, tp, draft_tp) or 1) / GIB,
+        draft_weights_gib=models.draft_weight_bytes / (built_draft_tp(spec.draft.speculative_method, tp, draft_tp) or 1) / GIB,
         kv_cache_bytes=need.bytes,
         activation_reserve_gib=activation_reserve_gib(gpu_gib),
         kv_bytes_per_token=attention_bytes_per_token(caches),
@@ -150,7 +147,7 @@ def _candidate_layouts(spec: SpeculativeDeploymentSpec, target: Geometry) -> lis
     tps = [want_tp] if want_tp != "auto" else [t for t in range(1, min(target.num_attention_heads, max_world) + 1) if target.num_attention_heads % t == 0]
     if want_pp != "auto":
         pps = [want_pp]
-    elif spec.draft.method in NO_PIPELINE_PARALLEL:
+    elif not spec.draft.speculative_method.pipeline_parallel:
         pps = [1]
     else:
         pps = list(range(1, MAX_PIPELINE_PARALLEL + 1))
@@ -163,18 +160,18 @@ def _candidate_layouts(spec: SpeculativeDeploymentSpec, target: Geometry) -> lis
     return sorted(layouts, key=preference)
 
 
-def _draft_tp(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int) -> tuple[int | None, list[Finding]]:
+def _draft_tp(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int) -> int | None:
+    """The draft TP to pass: the user's, else what vLLM defaults to when it is unset
+    (SpeculativeConfig._verify_and_get_draft_tp: 1 for an MLPSpeculator, else the target's). No
+    fallback to TP 1 for a draft whose heads the target's TP does not split: vLLM builds the draft's
+    layers at the target's TP whatever the draft TP (validation/load.py), so such a layout cannot
+    load and the search moves on to a TP both models split at."""
     if draft is None:
-        return None, []
+        return None
     wanted = spec.draft.tensor_parallel_size
     if wanted != "auto":
-        return wanted, []
-    if spec.draft.method == "mlp_speculator":
-        return 1, []  # vLLM runs MLPSpeculator only at TP 1
-    if tp == 1 or spec.draft.method in DRAFT_AT_TARGET_TP_METHODS or not check_model_tp(draft, tp, "draft", DRAFT_TP_FIELD):
-        return tp, []  # eagle/eagle3/mtp/dflash drafts run at the target's TP in any case (validation/load.py)
-    return 1, [info("draft-tp-fallback", DRAFT_TP_FIELD,
-                    f"draft has {draft.num_attention_heads} attention heads ({draft.num_kv_heads} KV), which tensor parallel size {tp} does not divide: the draft runs at TP 1")]
+        return wanted
+    return 1 if spec.draft.speculative_method.draft_tp_defaults_to_one else tp
 
 
 @dataclass(frozen=True)
@@ -195,7 +192,7 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: in
     """Judge one (tp, pp): the candidate record, the layout if it is usable, and the
     findings that rule it out (reported when no candidate is left)."""
     per_node = spec.resources.gpu.per_node
-    draft_tp, draft_tp_findings = _draft_tp(spec, models.draft, tp)
+    draft_tp = _draft_tp(spec, models.draft, tp)
     findings = check_layout(spec, models.models, tp, draft_tp, pp, facts) + check_load_layout(spec, models.draft, tp, draft_tp)
     split = _nodes(tp, pp, per_node)
     if split is None:
@@ -212,14 +209,16 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: in
         return Candidate(tp, pp, False, f"needs {memory.required_gib:.1f} GiB per GPU, budget {memory.budget_gib:.1f} GiB"), None, [blocking]
     reason = "smallest valid layout that fits" if memory else "smallest valid layout (memory not checked)"
     nodes, gpus_per_pod = split  # type: ignore[misc]
-    return Candidate(tp, pp, True, reason), _Layout(tp, draft_tp, pp, nodes, gpus_per_pod, memory, tuple(findings + draft_tp_findings)), []
+    return Candidate(tp, pp, True, reason), _Layout(tp, draft_tp, pp, nodes, gpus_per_pod, memory, tuple(findings)), []
 
 
-def _decisions(models: _Sized, layout: _Layout, per_node: int) -> tuple[str, ...]:
-    target, draft = models.target, models.draft
+def _decisions(spec: SpeculativeDeploymentSpec, models: _Sized, layout: _Layout) -> tuple[str, ...]:
+    target, draft, per_node = models.target, models.draft, spec.resources.gpu.per_node
     decisions = [f"tensor parallel {layout.tp}: {target.num_attention_heads} target heads -> {target.num_attention_heads // layout.tp} per GPU"]
-    if draft is not None and layout.draft_tp is not None:
-        decisions.append(f"draft tensor parallel {layout.draft_tp}: {draft.num_attention_heads} draft heads -> {draft.num_attention_heads // layout.draft_tp} per GPU")
+    built = built_draft_tp(spec.draft.speculative_method, layout.tp, layout.draft_tp)
+    if draft is not None and layout.draft_tp is not None and built is not None:
+        where = "" if built == layout.draft_tp else f" (its layers split at the target's TP {built})"
+        decisions.append(f"draft tensor parallel {layout.draft_tp}{where}: {draft.num_attention_heads} draft heads -> {draft.num_attention_heads // built} per GPU")
     if layout.nodes > 1:
         decisions.append(f"{layout.tp * layout.pp} GPUs exceed {per_node} per node: {layout.nodes} nodes of {layout.gpus_per_pod} GPUs per replica (LeaderWorkerSet)")
     return tuple(decisions)
@@ -273,7 +272,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
                                   Stage.PLAN))
         return None, findings + blocking
     plan = Plan(
-        method=spec.draft.method,
+        method=spec.draft.speculative_method.name,
         num_speculative_tokens=k,
         tensor_parallel_size=chosen.tp,
         draft_tensor_parallel_size=chosen.draft_tp,
@@ -283,11 +282,11 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
         gpu_resource_name=resource_name(spec.resources.gpu.resource_name, product),
         max_model_len=max_model_len or None,
         target=_layout(target, chosen.tp),
-        draft=_layout(draft, built_draft_tp(spec.draft.method, chosen.tp, chosen.draft_tp) or chosen.tp) if draft is not None else None,
+        draft=_layout(draft, built_draft_tp(spec.draft.speculative_method, chosen.tp, chosen.draft_tp) or chosen.tp) if draft is not None else None,
         memory=chosen.memory,
         vllm_version=facts.version,
         candidates=tuple(candidates),
-        decisions=_decisions(sized, chosen, spec.resources.gpu.per_node),
+        decisions=_decisions(spec, sized, chosen),
     )
     cache = check_model_cache(spec, target_bytes + draft_bytes, "estimated" in source)
     return plan, findings + list(chosen.findings) + cache

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
-from specdeploy.api.spec import DraftSpec, ModelSource
+from specdeploy.api.spec import DraftSpec, ModelSource, SpeculativeDeploymentSpec
 from specdeploy.geometry import ModelInputs
 from specdeploy.sources.errors import SourceError, SourceInvalid
 from specdeploy.sources.hub import read_hub
@@ -14,6 +14,17 @@ from specdeploy.sources.local import check_config_shape, parse_config_text, read
 
 # (configmap name, key) -> the key's text; supplied by the controller, which owns the client.
 ConfigMapReader = Callable[[str, str], str]
+T = TypeVar("T")
+
+
+def resolve_pair(spec: SpeculativeDeploymentSpec, read: Callable[[ModelSource | DraftSpec, str], T]) -> tuple[T, T | None]:
+    """`read(source, field)` for the configs the pair needs: the target first (its error is the
+    one reported), then the draft when it has its own checkpoint (ngram and suffix read none,
+    mtp reads the target's layers). The CLI, the stream, the webhook and the reconcile each
+    bring their own `read`; the reconcile's returns a job it awaits."""
+    target = read(spec.target, "spec.target")
+    draft = read(spec.draft, "spec.draft") if spec.draft.has_own_checkpoint else None
+    return target, draft
 
 
 def load_model_ref(ref: str, *, revision: str | None = None, token: str | None = None, field: str = "model",

@@ -8,7 +8,7 @@ counted and the cost of a draft step. README "Goodput model" gives the formula a
   (1 - alpha^(k+1)) / (1 - alpha), Leviathan et al. 2023 (arXiv:2211.17192), eq. 1.
 - Speedup over no speculation: E(k) / (1 + c k) for drafters that run one pass per proposed
   token (Leviathan et al., Theorem 3.8), E(k) / (1 + c) for parallel drafters (DFlash, DSpark:
-  `specdeploy.vllm.spec_decode_metrics.PARALLEL_DRAFTERS`), which propose every position in one
+  `Method.drafting` "parallel" in `specdeploy.vllm.methods`), which propose every position in one
   pass. c is the cost of one draft pass relative to one target step.
 - Ranking k by the acceptance *rate* misleads (it falls with k by construction; vLLM #9565):
   the recommendation maximises the speedup instead.
@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from specdeploy.api.conditions import UNKNOWN, Reason, Verdict
 from specdeploy.api.spec import MAX_NUM_SPECULATIVE_TOKENS
 from specdeploy.telemetry.metrics import Counters
-from specdeploy.vllm.spec_decode_metrics import LOOKUP_DRAFTERS, PARALLEL_DRAFTERS
+from specdeploy.vllm.methods import drafting
 
 # Without a memory plan (no GPU in the spec) a small draft is assumed to cost a tenth of a
 # target step, the setting of Leviathan et al.'s worked example; the source is reported.
@@ -70,7 +71,7 @@ def draft_cost(method: str, plan: Mapping[str, Any] | None) -> tuple[float, str]
     the bytes each GPU reads: the draft's weights per GPU over the target's, on the planned
     layout (status.plan.memory). MoE targets read only their active experts per token, so for
     them this ratio under-states c: the speedup is then an upper bound."""
-    if method in LOOKUP_DRAFTERS:
+    if drafting(method) == "lookup":
         return 0.0, f"{method} drafts by lookup, no model pass"
     memory = (plan or {}).get("memory") or {}
     target, draft = memory.get("targetWeightsGiB"), memory.get("draftWeightsGiB")
@@ -85,15 +86,6 @@ class Prediction:
     expected_tokens: float
     speedup: float
     extrapolated: bool  # k beyond the positions vLLM counted
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """SpeculationEffective's value."""
-
-    status: str  # "True" | "False" | "Unknown"
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -129,7 +121,7 @@ class Analysis:
 def analyse(counters: Counters, *, method: str | None, cost: float, cost_source: str = "given", k: int | None = None) -> Analysis:
     """Acceptance, per-k predictions and the verdict for the counters of one window."""
     k = k or counters.num_speculative_tokens
-    parallel = method in PARALLEL_DRAFTERS
+    parallel = drafting(method) == "parallel"
     drafts = counters.drafts
     per_position: tuple[float, ...] = ()
     rate = length = None
@@ -151,7 +143,7 @@ def analyse(counters: Counters, *, method: str | None, cost: float, cost_source:
             for n in range(1, len(curve) + 1)
         ]
     analysis = Analysis(counters, k, method, cost, cost_source, parallel, rate, length, per_position, tuple(predictions),
-                        Verdict("Unknown", "", ""))
+                        UNKNOWN)
     return _with_verdict(analysis)
 
 
@@ -160,7 +152,7 @@ def _with_verdict(a: Analysis) -> Analysis:
 
     drafts = a.counters.drafts
     if drafts < MIN_DRAFTS:
-        return replace(a, verdict=Verdict("Unknown", "NotEnoughDrafts",
+        return replace(a, verdict=Verdict("Unknown", Reason.NOT_ENOUGH_DRAFTS,
                                           f"{drafts:.0f} drafts counted so far; a verdict needs at least {MIN_DRAFTS}"))
     assert a.acceptance_rate is not None and a.mean_acceptance_length is not None
     best = a.recommended
@@ -174,7 +166,7 @@ def _with_verdict(a: Analysis) -> Analysis:
     check = ("Check that the draft was trained for this target and revision (draft.revision, target.revision), "
              "that an EAGLE3 head reads the target's aux hidden-state layers (eagle_aux_hidden_state_layer_ids), and k")
     if a.acceptance_rate < COLLAPSE_ACCEPTANCE_RATE:
-        return replace(a, verdict=Verdict("False", "AcceptanceCollapsed", f"{seen}: {predicted}{advice}. {check}."))
+        return replace(a, verdict=Verdict("False", Reason.ACCEPTANCE_COLLAPSED, f"{seen}: {predicted}{advice}. {check}."))
     if gain is not None and gain < 1.0:
-        return replace(a, verdict=Verdict("False", "NoSpeedup", f"{seen}: {predicted}{advice}. {check}."))
-    return replace(a, verdict=Verdict("True", "Effective", f"{seen}: {predicted}{advice}"))
+        return replace(a, verdict=Verdict("False", Reason.NO_SPEEDUP, f"{seen}: {predicted}{advice}. {check}."))
+    return replace(a, verdict=Verdict("True", Reason.EFFECTIVE, f"{seen}: {predicted}{advice}"))

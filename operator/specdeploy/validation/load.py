@@ -7,18 +7,12 @@ from __future__ import annotations
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry, Models
 from specdeploy.findings import Finding, Stage, error, warning
-from specdeploy.vllm.drafts import (DRAFT_AT_TARGET_TP_METHODS, DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIELDS,
-                                    MARKOV_RANK_DSPARK_ARCHITECTURES, draft_architectures)
+from specdeploy.validation.rules import DRAFT_TP_FIELD, check_model_tp
+from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIELDS, MARKOV_RANK_DSPARK_ARCHITECTURES,
+                                    draft_architectures)
+from specdeploy.vllm.methods import built_draft_tp
 
 LOAD = Stage.LOAD
-DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
-
-
-def built_draft_tp(method: str, tp: int, draft_tp: int | None) -> int | None:
-    """The TP vLLM builds the draft at."""
-    if draft_tp is None:
-        return None
-    return tp if method in DRAFT_AT_TARGET_TP_METHODS else draft_tp
 
 
 def _dspark_class(draft: Geometry) -> str | None:
@@ -41,7 +35,8 @@ def _dspark_v4_head_fails(spec: SpeculativeDeploymentSpec, models: Models, draft
     checkpoint = draft if draft is not None and draft is not target else target
     if checkpoint.model_type == "deepseek_v41" or target.model_type == "deepseek_v41":
         return []  # DSparkV41DraftModel: another class, not built here
-    if checkpoint is not target and set(draft_architectures("dspark", checkpoint.model_type, checkpoint.architectures)) & DSPARK_ARCHITECTURES:
+    method = spec.draft.speculative_method.name
+    if checkpoint is not target and set(draft_architectures(method, checkpoint.model_type, checkpoint.architectures)) & DSPARK_ARCHITECTURES:
         return []
     raw = draft_config if checkpoint is not target else {}
     missing = next((f for f in DSPARK_V4_REQUIRED_FIELDS if f not in (raw or {}) and f not in checkpoint.text_config), None)
@@ -60,7 +55,7 @@ def _dspark_v4_head_fails(spec: SpeculativeDeploymentSpec, models: Models, draft
 def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
     """Load failures independent of the layout."""
     target, draft = models.target, models.draft
-    if spec.draft.method != "dspark":
+    if not spec.draft.speculative_method.builds_dspark_head:
         return []
     v4_head = _dspark_v4_head_fails(spec, models, draft_config)
     if v4_head or draft is None or draft is target:
@@ -77,21 +72,31 @@ def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_confi
                   f"fields) at the top level of the draft's config.json", LOAD)]
 
 
+# Where vLLM builds each draft (cited by the draft-TP findings): the draft's parallel layers read
+# the global TP group, get_tensor_model_parallel_world_size() (model_executor/layers/linear.py
+# QKVParallelLinear, ColumnParallelLinear; vocab_parallel_embedding.py), whatever parallel_config
+# the loader passes.
+_DRAFT_BUILD = ("vLLM builds the draft's layers with the target's tensor-parallel group (v1/worker/gpu/spec_decode/"
+                "eagle/utils.py load_eagle_model builds with the target's VllmConfig; dspark/utils.py load_dspark_model "
+                "and standalone_ar/speculator.py StandaloneARSpeculator.load_draft_model pass a parallel_config with "
+                "the draft's TP, but every parallel layer reads get_tensor_model_parallel_world_size())")
+
+
 def check_load_layout(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int,
                       draft_tp: int | None) -> list[Finding]:
-    """A draft built at the target's TP must split at that TP (QKVParallelLinear)."""
-    method = spec.draft.method
-    if draft is None or method not in DRAFT_AT_TARGET_TP_METHODS or draft_tp is None or draft_tp == tp or draft.uses_mla:
+    """A draft built at the target's TP must split at that TP (QKVParallelLinear, and the
+    attention classes' `assert total_num_heads % tp_size == 0`)."""
+    built = built_draft_tp(spec.draft.speculative_method, tp, draft_tp)
+    if draft is None or built is None or draft_tp is None or built == draft_tp:
         return []
-    heads, kv = draft.num_attention_heads, draft.num_kv_heads
-    splits = heads and heads % tp == 0 and (kv % tp == 0 if kv >= tp else tp % kv == 0)
-    if not heads or splits:
+    refusals = check_model_tp(draft, built, "draft", DRAFT_TP_FIELD)
+    if not refusals:
+        if spec.draft.tensor_parallel_size == "auto":
+            return []
         return [warning("draft-tp-not-honoured", DRAFT_TP_FIELD,
-                        f"vLLM builds {method} drafts with the target's tensor-parallel group "
-                        f"(v1/worker/gpu/spec_decode/eagle/utils.py load_eagle_model): draft tensor parallel size "
-                        f"{draft_tp} is accepted but the draft runs at TP {tp}", LOAD)]
+                        f"{_DRAFT_BUILD}: draft tensor parallel size {draft_tp} is accepted but the draft runs at TP {built}", LOAD)]
+    heads, kv = draft.num_attention_heads, draft.num_kv_heads
     return [error("draft-load-fails", DRAFT_TP_FIELD,
-                  f"vLLM builds {method} drafts with the target's tensor-parallel group (v1/worker/gpu/spec_decode/"
-                  f"eagle/utils.py load_eagle_model), not at draft tensor parallel size {draft_tp}: the draft's "
-                  f"{heads} attention heads ({kv} KV) do not split over TP {tp}, so the pod would fail at model load "
-                  f"in QKVParallelLinear; choose a tensor parallel size that divides the draft's heads", LOAD)]
+                  f"{_DRAFT_BUILD}, not at draft tensor parallel size {draft_tp}: the draft's {heads} attention heads "
+                  f"({kv} KV) do not split over TP {built}, so the pod would fail at model load in the draft's attention "
+                  f"layer; choose a tensor parallel size that divides the draft's heads", LOAD)]

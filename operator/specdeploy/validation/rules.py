@@ -11,10 +11,10 @@ from specdeploy.findings import Finding, error, info, warning
 from specdeploy.geometry import Geometry, Models
 from specdeploy.validation.speculative_config import FIELD as PASSTHROUGH_FIELD
 from specdeploy.vllm import VllmFacts
+from specdeploy.vllm.methods import METHODS as METHOD_TABLE
 from specdeploy.vllm.drafts import (
     DSPARK_ARCHITECTURES,
     IN_CHECKPOINT_DSPARK_TARGETS,
-    NO_PIPELINE_PARALLEL,
     draft_architectures,
 )
 
@@ -41,13 +41,13 @@ def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draf
     if not facts.any_supported(target.architectures):
         findings.append(error("target-architecture-unsupported", "spec.target.config.architectures",
                               f"vLLM {facts.version} has no model class for {list(target.architectures) or 'a config without architectures'}"))
-    method = spec.draft.method
-    if method == "mtp":
+    method = spec.draft.speculative_method
+    if method.target_mtp_layers:
         # SpeculativeConfig.hf_config_override + __post_init__ (vllm/config/speculative.py).
         module = target.mtp
         if module is None:
             findings.append(error("mtp-unsupported-target", "spec.draft.method",
-                                  f"vLLM has no MTP module for a {target.model_type or 'config without model_type'} target ({list(target.architectures)}); use eagle3, draft_model or ngram"))
+                                  f"vLLM has no MTP module for a {target.model_type or 'config without model_type'} target ({list(target.architectures)}); use a method with a draft model, or a lookup method ({', '.join(m.name for m in METHOD_TABLE.values() if m.drafting == 'lookup')})"))
         elif module.refusal:
             findings.append(error("mtp-unsupported-target", "spec.draft.method", module.refusal))
         elif not facts.is_supported_architecture(module.architecture):
@@ -59,31 +59,31 @@ def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draf
         return findings
     if draft is None:
         return findings
-    archs = draft_architectures(method, draft.model_type, draft.architectures)
+    archs = draft_architectures(method.name, draft.model_type, draft.architectures)
     if not facts.any_supported(archs):
         findings.append(error("draft-architecture-unsupported", "spec.draft.config.architectures",
-                              f"vLLM {facts.version} cannot load draft architecture {archs} for method {method}"))
-    elif method == "dspark" and not set(archs) & DSPARK_ARCHITECTURES and target.model_type not in IN_CHECKPOINT_DSPARK_TARGETS:
+                              f"vLLM {facts.version} cannot load draft architecture {archs} for method {method.name}"))
+    elif method.builds_dspark_head and not set(archs) & DSPARK_ARCHITECTURES and target.model_type not in IN_CHECKPOINT_DSPARK_TARGETS:
         # vLLM accepts this config and loads the draft as DeepSeek-V4's in-checkpoint DSpark
         # head (DSparkDraftModel), which only a DeepSeek-V4 checkpoint carries.
         findings.append(warning("dspark-not-a-dspark-draft", "spec.draft.config.architectures",
                                 f"draft architectures {list(draft.architectures)} are not a DSpark draft ({', '.join(sorted(DSPARK_ARCHITECTURES))}, or DSparkDraftModel with model_type qwen3): vLLM will load it as DeepSeek-V4's in-checkpoint DSpark head, whose weights a {target.model_type} checkpoint does not have"))
-    if method == "mlp_speculator" and draft.model_type != "mlp_speculator":
+    if method.draft_model_type and not method.forces_draft_model_type and draft.model_type != method.draft_model_type:
         findings.append(error("draft-not-mlp-speculator", "spec.draft.config.model_type",
-                              f"method mlp_speculator needs a draft with model_type mlp_speculator, got {draft.model_type!r}"))
+                              f"method {method.name} needs a draft with model_type {method.draft_model_type}, got {draft.model_type!r}"))
     return findings
 
 
 def _check_vocab(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
     # vllm/config/speculative.py verify_equal_vocab_size_if_draft_model
-    if spec.draft.method != "draft_model" or draft is None:
+    if not spec.draft.speculative_method.needs_equal_vocab or draft is None:
         return []
     if spec.draft.speculative_config.get("use_heterogeneous_vocab"):
         return [info("heterogeneous-vocab", "spec.draft.speculativeConfig.use_heterogeneous_vocab",
                      "different vocabularies allowed by use_heterogeneous_vocab (greedy draft sampling only)")]
     if target.vocab_size != draft.vocab_size:
         return [error("vocab-mismatch", "spec.draft.config.vocab_size",
-                      f"draft_model needs the target's vocabulary: target vocab_size {target.vocab_size}, draft {draft.vocab_size}")]
+                      f"{spec.draft.speculative_method.name} needs the target's vocabulary: target vocab_size {target.vocab_size}, draft {draft.vocab_size}")]
     return []
 
 
@@ -124,9 +124,10 @@ def check_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts
     findings += _check_vocab(spec, target, draft)
     findings += _check_max_model_len(spec, target)
     findings += _check_draft_max_model_len(spec, target, draft)
-    if spec.draft.method == "suffix":
+    package = spec.draft.speculative_method.needs_package
+    if package:
         findings.append(warning("suffix-needs-arctic-inference", "spec.draft.method",
-                                "suffix decoding needs the arctic-inference package in the vLLM image"))
+                                f"method {spec.draft.speculative_method.name} needs the {package} package in the vLLM image"))
     return findings
 
 
@@ -157,7 +158,7 @@ def check_model_tp(model: Geometry, tp: int, who: str, field: str) -> list[Findi
 def check_layout(spec: SpeculativeDeploymentSpec, models: Models, tp: int, draft_tp: int | None, pp: int,
                  facts: VllmFacts) -> list[Finding]:
     """Rules for one TP / draft-TP / PP choice."""
-    method, target, draft = spec.draft.method, models.target, models.draft
+    method, target, draft = spec.draft.speculative_method, models.target, models.draft
     findings = check_model_tp(target, tp, "target", TP_FIELD)
     if draft is not None and draft_tp is not None:
         # SpeculativeConfig._verify_and_get_draft_tp: 1 or exactly the target's TP.
@@ -167,9 +168,9 @@ def check_layout(spec: SpeculativeDeploymentSpec, models: Models, tp: int, draft
         else:
             findings += check_model_tp(draft, draft_tp, "draft", DRAFT_TP_FIELD)
     if pp > 1:
-        if method in NO_PIPELINE_PARALLEL:
+        if not method.pipeline_parallel:
             findings.append(error("pipeline-parallel-method", PP_FIELD,
-                                  f"method {method} does not support pipeline parallelism (vLLM runs the draft at PP 1 and {method} shares target weights); use pipelineParallelSize 1 and more tensor parallelism"))
+                                  f"method {method.name} does not support pipeline parallelism (vLLM runs the draft at PP 1 and {method.name} shares target weights); use pipelineParallelSize 1 and more tensor parallelism"))
         if not any(facts.supports_pipeline_parallel(a) for a in target.architectures):
             findings.append(error("pipeline-parallel-architecture", PP_FIELD,
                                   f"target architecture {list(target.architectures)} does not implement pipeline parallelism in vLLM"))

@@ -16,6 +16,7 @@ from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, error
 from specdeploy.geometry import Models
 from specdeploy.vllm import VllmFacts
+from specdeploy.vllm.methods import METHODS, Method
 
 FIELD = "spec.draft.speculativeConfig"
 
@@ -48,25 +49,20 @@ def _type_finding(key: str, value: Any, rule: dict[str, Any]) -> Finding | None:
 
 def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models: Models | None,
                           facts: VllmFacts) -> list[Finding]:
-    method, config, findings = spec.draft.method, spec.draft.speculative_config, []
+    method, config = spec.draft.speculative_method, spec.draft.speculative_config
     logic = facts.logic
+    findings = _exclusive_option_findings(method, config, facts)
 
     def refuse(code: str, key: str, message: str) -> None:
         findings.append(error(code, f"{FIELD}.{key}", message))
 
-    if config.get("dspark_draft_topk") is not None and method != "dspark":
-        refuse("speculative-config-method", "dspark_draft_topk", "dspark_draft_topk is only supported by method dspark")
-    if config.get("index_share_for_mtp_iteration") is not None and method != "mtp":
-        refuse("speculative-config-method", "index_share_for_mtp_iteration", "index_share_for_mtp_iteration is only supported with method mtp")
     if config.get("use_heterogeneous_vocab"):
-        if method != "draft_model":
-            refuse("speculative-config-method", "use_heterogeneous_vocab", "use_heterogeneous_vocab only works with method draft_model")
         if config.get("draft_sample_method", "greedy") != "greedy":
             refuse("speculative-config-combination", "use_heterogeneous_vocab", "use_heterogeneous_vocab supports only draft_sample_method greedy")
         if logic.heterogeneous_vocab_excludes_local_argmax and config.get("use_local_argmax_reduction"):
             refuse("speculative-config-combination", "use_heterogeneous_vocab",
                    f"vLLM {facts.version}: use_heterogeneous_vocab is not compatible with use_local_argmax_reduction (token-level intersection needs the full draft logits)")
-    if method != "dspark" and config.get("enable_adaptive_verification") and config.get("use_local_argmax_reduction"):
+    if method.adaptive_verification_needs_draft_logits and config.get("enable_adaptive_verification") and config.get("use_local_argmax_reduction"):
         refuse("speculative-config-combination", "enable_adaptive_verification",
                "enable_adaptive_verification needs the draft logits that use_local_argmax_reduction never materializes; disable one")
     synthetic = [key for key in ("synthetic_acceptance_rates", "synthetic_acceptance_length") if config.get(key) is not None]
@@ -84,10 +80,11 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
         elif isinstance(window, int) and not isinstance(window, bool) and window >= k:
             refuse("speculative-config-combination", "fly_window_size", f"FLy requires fly_window_size ({window}) to be smaller than numSpeculativeTokens ({k})")
     if config.get("draft_lm_head_quantization") is not None and "draft_lm_head_quantization" in facts.speculative_fields:
-        gemma4_mtp = method == "mtp" and models is not None and models.target.mtp is not None and models.target.mtp.model_type == "gemma4_mtp"
-        if method not in logic.draft_lm_head_quantization_methods or gemma4_mtp:
+        excluded_mtp = (method.target_mtp_layers and models is not None and models.target.mtp is not None
+                        and models.target.mtp.model_type in logic.draft_lm_head_quantization_excluded_mtp)
+        if method.name not in logic.draft_lm_head_quantization_methods or excluded_mtp:
             refuse("speculative-config-method", "draft_lm_head_quantization",
-                   f"draft_lm_head_quantization is not supported for method {method!r} (only {', '.join(sorted(logic.draft_lm_head_quantization_methods))}, whose drafts share the target's lm_head)")
+                   f"draft_lm_head_quantization is not supported for method {method.name!r} (only {', '.join(sorted(logic.draft_lm_head_quantization_methods))}, whose drafts share the target's lm_head)")
     topc = config.get("xpress_topc")
     if topc is not None and "xpress_topc" in facts.speculative_fields and models is not None:
         draft = models.draft
@@ -96,32 +93,37 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
             refuse("speculative-config-method", "xpress_topc", "xpress_topc is only supported by XPress drafts (" + ", ".join(sorted(logic.xpress_architectures)) + ")")
         elif isinstance(topc, int) and draft is not None and not 0 <= topc <= (draft.draft_vocab_size or draft.vocab_size):
             refuse("speculative-config-range", "xpress_topc", f"xpress_topc must be between 0 and the draft vocabulary size ({draft.draft_vocab_size or draft.vocab_size})")
-    if method == "suffix":
-        findings += _suffix_findings(config)
-    low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
-    if method == "ngram" and isinstance(low, int) and isinstance(high, int) and low > high:
-        refuse("speculative-config-combination", "prompt_lookup_min", f"prompt_lookup_min {low} must be <= prompt_lookup_max {high}")
+    return findings + _option_range_findings(method, config)
+
+
+def _exclusive_option_findings(method: Method, config: dict[str, Any], facts: VllmFacts) -> list[Finding]:
+    """Options vLLM takes with one method only: __post_init__ / _verify_args refuse any value but
+    the field's default with another method."""
+    findings = []
+    for other in METHODS.values():
+        for key in sorted(other.exclusive_options - method.exclusive_options):
+            if key in config and key in facts.speculative_fields and config[key] != facts.option_default(key):
+                findings.append(error("speculative-config-method", f"{FIELD}.{key}",
+                                      f"{key} is only supported by method {other.name}, not {method.name}"))
     return findings
 
 
-# SpeculativeConfig._validate_suffix_decoding: (key, lowest, highest) for method suffix.
-SUFFIX_BOUNDS = {
-    "suffix_decoding_max_tree_depth": (1, None),
-    "suffix_decoding_max_cached_requests": (0, None),
-    "suffix_decoding_max_spec_factor": (0, None),
-    "suffix_decoding_min_token_prob": (0, 1),
-}
-
-
-def _suffix_findings(config: dict[str, Any]) -> list[Finding]:
+def _option_range_findings(method: Method, config: dict[str, Any]) -> list[Finding]:
+    """The method's range checks (_validate_suffix_decoding) and ordered pairs (prompt_lookup_min <=
+    prompt_lookup_max for the n-gram lookups)."""
     findings = []
-    for key, (low, high) in SUFFIX_BOUNDS.items():
+    for key, low, high in method.option_ranges:
         value = config.get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue  # absent (vLLM's default is in range) or already reported as a type error
         if value < low or (high is not None and value > high):
             allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
-            findings.append(error("speculative-config-range", f"{FIELD}.{key}", f"{key} must be {allowed} for suffix decoding, got {value}"))
+            findings.append(error("speculative-config-range", f"{FIELD}.{key}", f"{key} must be {allowed} for method {method.name}, got {value}"))
+    if method.ordered_options:
+        low_key, high_key = method.ordered_options
+        low, high = config.get(low_key), config.get(high_key)
+        if isinstance(low, int) and isinstance(high, int) and low > high:
+            findings.append(error("speculative-config-combination", f"{FIELD}.{low_key}", f"{low_key} {low} must be <= {high_key} {high}"))
     return findings
 
 

@@ -6,19 +6,20 @@ from __future__ import annotations
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, error, info
 from specdeploy.geometry import Geometry, Models
-from specdeploy.vllm.drafts import default_k_source
+from specdeploy.vllm import VllmFacts
+from specdeploy.vllm.methods import Method, default_k
 
 K_FIELD = "spec.draft.numSpeculativeTokens"
 
 
-def draft_n_predict(method: str, draft: Geometry | None) -> int | None:
+def draft_n_predict(method: Method, draft: Geometry | None) -> int | None:
     """The draft's own proposal count: DSpark's block size, the MTP module's layers, else
     the draft config's n_predict (what SpeculativeConfig reads for each)."""
-    if draft is None:
+    if draft is None or method.k_source in ("none", "option"):
         return None
-    if method == "dspark":
+    if method.k_source == "block_size":
         return draft.block_size
-    if method == "mtp":
+    if method.k_source == "mtp_layers":
         return draft.mtp.n_predict if draft.mtp else None
     return draft.n_predict
 
@@ -29,33 +30,33 @@ def draft_n_predict(method: str, draft: Geometry | None) -> int | None:
 AUTO_START_K = 3
 
 
-def _refused_by_n_predict(method: str, n_predict: int | None, k: int) -> bool:
+def _refused_by_n_predict(method: Method, n_predict: int | None, k: int) -> bool:
     # k > n_predict must be a multiple of it (vLLM reuses the prediction heads); DSpark's block
     # size is not an n_predict for this rule.
-    return method != "dspark" and bool(n_predict) and k > n_predict and k % n_predict != 0  # type: ignore[operator]
+    return method.k_source != "block_size" and bool(n_predict) and k > n_predict and k % n_predict != 0  # type: ignore[operator]
 
 
 def resolve_num_speculative_tokens(
-    spec: SpeculativeDeploymentSpec, models: Models, k_in_force: int | None = None
+    spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts, k_in_force: int | None = None
 ) -> tuple[int | None, list[Finding]]:
     """k for every later stage. With `auto`: `k_in_force` (the k the telemetry chose, from
     status.speculation) when vLLM would accept it, else where auto starts."""
-    method, k = spec.draft.method, spec.draft.num_speculative_tokens
+    method, k = spec.draft.speculative_method, spec.draft.num_speculative_tokens
     n_predict = draft_n_predict(method, models.draft)
+    option_k = default_k(method, spec.draft.speculative_config, facts)
     if k == "auto":
-        return _auto_k(spec, n_predict, k_in_force)
-    if method == "suffix" and k is None:
-        depth = spec.draft.speculative_config.get("suffix_decoding_max_tree_depth", 24)
-        return int(depth), [info("k-default", K_FIELD, f"suffix decoding defaults k to its tree depth ({depth})")]
+        return _auto_k(spec, n_predict, option_k, k_in_force)
+    if k is None and option_k is not None:
+        return option_k, [info("k-default", K_FIELD, f"{method.name} defaults k to {method.k_option} ({option_k})")]
     if k is None and models.draft_is_target:
         # __post_init__ makes the target its own draft only when k is set; without k and a
         # draft model there is no draft config to default from.
         return None, [error("k-required", K_FIELD,
-                            f"numSpeculativeTokens is required for {method} without draft.model: vLLM drafts from the target checkpoint only when k is set (or set it to auto)")]
+                            f"numSpeculativeTokens is required for {method.name} without draft.model: vLLM drafts from the target checkpoint only when k is set (or set it to auto)")]
     if k is None:
         if not n_predict or n_predict <= 0:
             return None, [error("k-required", K_FIELD,
-                                f"numSpeculativeTokens is required: the {method} draft config has no {default_k_source(method)} to default from; set an integer >= 1 or auto")]
+                                f"numSpeculativeTokens is required: the {method.name} draft config has no {method.k_source_name()} to default from; set an integer >= 1 or auto")]
         return n_predict, [info("k-default", K_FIELD, f"numSpeculativeTokens defaults to {n_predict} from the draft config")]
     if _refused_by_n_predict(method, n_predict, k):
         return k, [error("k-not-multiple-of-n-predict", K_FIELD,
@@ -63,12 +64,13 @@ def resolve_num_speculative_tokens(
     return k, []
 
 
-def _auto_k(spec: SpeculativeDeploymentSpec, n_predict: int | None, k_in_force: int | None) -> tuple[int, list[Finding]]:
-    method = spec.draft.method
+def _auto_k(spec: SpeculativeDeploymentSpec, n_predict: int | None, option_k: int | None,
+            k_in_force: int | None) -> tuple[int, list[Finding]]:
+    method = spec.draft.speculative_method
     if k_in_force is not None and not _refused_by_n_predict(method, n_predict, k_in_force):
         return k_in_force, [info("k-auto", K_FIELD, f"numSpeculativeTokens auto: k {k_in_force}, chosen from the measured acceptance (status.speculation)")]
-    if method == "suffix":
-        start, why = int(spec.draft.speculative_config.get("suffix_decoding_max_tree_depth", 24)), "suffix decoding's tree depth"
+    if option_k is not None:
+        start, why = option_k, f"{method.name}'s {method.k_option}"
     elif n_predict and n_predict > 0:
         start, why = n_predict, "the draft config's default"
     else:

@@ -94,3 +94,7 @@ class VllmFacts:
 
     def speculative_field_choices(self, key: str) -> tuple[str, ...]:
         return tuple(self.speculative_fields.get(key, {}).get("choices", ()))
+
+    def option_default(self, key: str) -> Any:
+        """SpeculativeConfig's default for an option (None when it has none or no such field)."""
+        return self.speculative_fields.get(key, {}).get("default")

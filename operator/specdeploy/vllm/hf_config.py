@@ -7,9 +7,9 @@ from typing import Any
 
 
 def config_value(obj: Any, key: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
+    """`obj.key` or `obj[key]`; `default` when absent or null (configs write null for "unset")."""
+    value = obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
+    return default if value is None else value
 
 
 def first_value(obj: Any, keys: tuple[str, ...], default: Any = None) -> Any:

@@ -1,4 +1,4 @@
-"""What vLLM's /metrics says about speculative decoding, and how each method drafts (the same in
+"""What vLLM's /metrics says about speculative decoding (the same in
 every supported release: vLLM 0.32.0's vllm/v1/spec_decode/metrics.py as installed, and the
 0.33.0 wheel, per reference/vllm-facts.md "vLLM 0.33.0 against 0.32.0": metric names unchanged).
 
@@ -14,11 +14,3 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
 POSITION_LABEL = "position"
-
-# Propose every position in one forward pass: DFlash (v1/spec_decode/dflash.py, "only one
-# forward pass due to parallel drafting") and DSpark (v1/worker/gpu/spec_decode/dspark/
-# speculator.py, "drafts a block of num_speculative_tokens tokens in one parallel pass").
-PARALLEL_DRAFTERS = frozenset({"dflash", "dspark"})
-# Draft by a lookup in the tokens seen so far, with no model pass (v1/spec_decode/
-# ngram_proposer.py, suffix_decoding.py).
-LOOKUP_DRAFTERS = frozenset({"ngram", "suffix"})

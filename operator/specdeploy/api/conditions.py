@@ -1,0 +1,100 @@
+"""Every condition type and reason the operator writes, in one place.
+
+The controller, the telemetry and the Argo CD health check (charts/specdeploy/files/
+argocd-health.lua, tested against this module in tests/unit/test_argocd_health.py) read these
+names; nothing else spells them. To add a reason: one line in `Reason`, under the condition it
+belongs to. To add a condition type: a constant here and its place in `CONDITION_TYPES` (the
+order conditions are written in status).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+VALIDATED: Final = "Validated"
+PLANNED: Final = "Planned"
+PREFLIGHT: Final = "Preflight"  # the image's own vLLM on the exact args (controller/preflight.py)
+PROGRESSING: Final = "Progressing"
+AVAILABLE: Final = "Available"
+READY: Final = "Ready"  # the summary Argo CD and `kubectl wait` read
+RECONCILING: Final = "Reconciling"  # kstatus's own pair (abnormal-true), which Flux reads
+STALLED: Final = "Stalled"
+SPECULATION_EFFECTIVE: Final = "SpeculationEffective"  # from the pods' acceptance counters
+
+CONDITION_TYPES: Final[tuple[str, ...]] = (
+    VALIDATED, PLANNED, PREFLIGHT, PROGRESSING, AVAILABLE, READY, RECONCILING, STALLED, SPECULATION_EFFECTIVE,
+)
+# The verdicts of one reconcile on the spec; the others follow the workload.
+SPEC_CONDITIONS: Final[tuple[str, ...]] = (VALIDATED, PLANNED)
+
+
+class Reason:
+    """CamelCase reasons, grouped by the condition that first carries them (Ready, Reconciling
+    and Stalled repeat the reason of the condition that decides them)."""
+
+    # Validated
+    VALID = "Valid"
+    INVALID_SPEC = "InvalidSpec"
+    VALIDATION_FAILED = "ValidationFailed"
+    CONFIG_INVALID = "ConfigInvalid"
+    CONFIG_UNAVAILABLE = "ConfigUnavailable"
+    CONFIG_REFRESH_RETRYING = "ConfigRefreshRetrying"  # the last good config stands
+    PREFLIGHT_REFUSED = "PreflightRefused"  # the fast rules accepted, the image's vLLM refused
+    # Planned
+    PLANNED = "Planned"
+    NOT_VALIDATED = "NotValidated"
+    NO_FEASIBLE_PLAN = "NoFeasiblePlan"
+    # Progressing
+    NO_WORKLOAD = "NoWorkload"
+    CREATING = "Creating"
+    ROLLING_OUT = "RollingOut"
+    ROLLOUT_COMPLETE = "RolloutComplete"
+    INVALID_CHILD_NAMES = "InvalidChildNames"
+    APPLY_RETRYING = "ApplyRetrying"
+    APPLY_FAILED = "ApplyFailed"
+    RECONCILE_ERROR = "ReconcileError"
+    RECONCILE_TIMEOUT = "ReconcileTimeout"
+    PREFLIGHT_RUNNING = "PreflightRunning"  # the workload waits for the preflight's verdict
+    PREFLIGHT_HELD = "PreflightHeld"  # spec.preflight.mode Required and the Job could not run
+    # Preflight
+    PASSED = "Passed"
+    REFUSED = "Refused"
+    RUNNING = "Running"
+    COULD_NOT_RUN = "CouldNotRun"
+    DISABLED = "Disabled"
+    # Available
+    REPLICAS_READY = "ReplicasReady"
+    NO_REPLICAS_READY = "NoReplicasReady"
+    SCALED_TO_ZERO = "ScaledToZero"
+    # Ready
+    SERVING = "Serving"
+    # Reconciling / Stalled
+    RECONCILING = "Reconciling"
+    SETTLED = "Settled"
+    NOT_STALLED = "NotStalled"
+    # SpeculationEffective
+    NOT_ENOUGH_DRAFTS = "NotEnoughDrafts"
+    ACCEPTANCE_COLLAPSED = "AcceptanceCollapsed"
+    NO_SPEEDUP = "NoSpeedup"
+    EFFECTIVE = "Effective"
+    # Events only
+    PREFLIGHT_DISAGREES = "PreflightDisagrees"  # Warning: the fast rules and the image's vLLM differ
+
+
+REASONS: Final[frozenset[str]] = frozenset(v for k, v in vars(Reason).items() if k.isupper())
+# Progressing reasons that mean the operator cannot make progress on its own (kstatus Stalled).
+STUCK_REASONS: Final[frozenset[str]] = frozenset({Reason.APPLY_FAILED, Reason.INVALID_CHILD_NAMES, Reason.RECONCILE_ERROR,
+                                                        Reason.PREFLIGHT_HELD})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One condition's value before timestamps are attached."""
+
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str = ""
+
+
+UNKNOWN: Final = Verdict("Unknown", "")

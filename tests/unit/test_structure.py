@@ -1,0 +1,87 @@
+"""The one-place rules the code is built around: every condition reason is written somewhere,
+configs read null as unset, and a spec's pair is read target first."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from specdeploy.api.conditions import REASONS, Reason
+from specdeploy.api.parse import parse_spec
+from specdeploy.sources import resolve_pair
+from specdeploy.vllm.hf_config import config_value
+
+PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "specdeploy"
+
+
+def test_every_reason_is_written_by_the_operator() -> None:
+    """A reason no code writes is a dead name a health check could wait on for ever."""
+    code = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py") if p.name != "conditions.py" or p.parent.name != "api")
+    used = {getattr(Reason, name) for name in re.findall(r"\bReason\.([A-Z_]+)\b", code)}
+    assert REASONS - used == set()
+
+
+def test_reasons_are_camel_case_and_distinct() -> None:
+    names = [v for k, v in vars(Reason).items() if k.isupper()]
+    assert len(names) == len(set(names)) == len(REASONS)
+    assert all(re.fullmatch(r"[A-Z][A-Za-z]+", n) for n in names)
+
+
+class _Config:
+    rope_theta = None
+    head_dim = 128
+
+
+@pytest.mark.parametrize("config", [{"rope_theta": None, "head_dim": 128}, _Config()], ids=["dict", "object"])
+def test_config_value_reads_null_as_unset(config: object) -> None:
+    """config.json writes null for "unset": the default applies, as for an absent key."""
+    assert config_value(config, "rope_theta", 10000.0) == 10000.0
+    assert config_value(config, "missing", 7) == 7
+    assert config_value(config, "head_dim", 64) == 128
+    assert config_value(config, "rope_theta") is None
+
+
+def _spec(method: str, draft: str | None) -> object:
+    document = {"target": {"model": "org/target"}, "draft": {"method": method, **({"model": draft} if draft else {})}}
+    spec, findings = parse_spec(document)
+    assert spec is not None, findings
+    return spec
+
+
+def test_resolve_pair_reads_the_target_then_the_draft_with_its_own_checkpoint() -> None:
+    reads: list[tuple[str, str | None]] = []
+
+    def read(source: object, where: str) -> str:
+        reads.append((where, getattr(source, "model")))
+        return where
+
+    assert resolve_pair(_spec("draft_model", "org/draft"), read) == ("spec.target", "spec.draft")
+    assert reads == [("spec.target", "org/target"), ("spec.draft", "org/draft")]
+    reads.clear()
+    assert resolve_pair(_spec("ngram", None), read) == ("spec.target", None)
+    assert reads == [("spec.target", "org/target")]
+
+
+def test_no_function_in_the_controller_is_over_60_lines() -> None:
+    """The reconcile reads as its named steps; a step that grows past a screen is split."""
+    import ast
+
+    long = []
+    for path in sorted((PACKAGE / "controller").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                long.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []
+
+
+def test_every_package_install_in_the_makefile_is_pinned() -> None:
+    """What CI installs comes from constraints/*.txt (`make constraints` refreshes them): an
+    upstream release cannot change it between two runs."""
+    makefile = (PACKAGE.parents[1] / "Makefile").read_text()
+    installs = [line.strip() for line in makefile.splitlines() if "pip install $(PIP_FLAGS)" in line and " -r " not in line]
+    assert installs and all(" -c $(CONSTRAINTS_" in line for line in installs), installs
+    for name in ("core", "vllm"):
+        pins = (PACKAGE.parents[1] / "constraints" / f"{name}.txt").read_text().split()
+        assert pins and all("==" in pin for pin in pins), name
