@@ -219,11 +219,16 @@ def _add_plan(sub: Any) -> None:
                     "`kustomize build . | specdeploy plan -f -`) as the API server and then the operator would, "
                     "reading configMapRef configs from ConfigMaps in the same stream. Prints one report and, "
                     "for the valid ones, the manifests the operator would apply. Exit 1 if any is invalid.")
-    parser.add_argument("-f", "--filename", required=True, help="YAML or JSON stream ('-' for stdin)")
+    _stream_arguments(parser)
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="yaml",
                         help="yaml (default): the report as comments, then the manifests (pipe to kubectl apply); json: both as one object; text: the report alone")
-    parser.add_argument("-n", "--namespace", default=None, help="namespace for every object (default: each object's, else 'default')")
     parser.set_defaults(func=_plan)
+
+
+def _stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """-f and -n, as `plan` and `preflight` read a YAML stream."""
+    parser.add_argument("-f", "--filename", required=True, help="YAML or JSON stream ('-' for stdin)")
+    parser.add_argument("-n", "--namespace", default=None, help="namespace for every object (default: each object's, else 'default')")
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -267,11 +272,10 @@ def _add_preflight(sub: Any) -> None:
                     "in-image judge, with the exact vLLM args and configs its preflight Job would get, under PYTHON "
                     "(a Python with the image's vLLM), or (--render) print the Job and ConfigMap the operator would "
                     "create. Exit 0 if vLLM accepts all, 1 if it refused any, 2 if one could not be judged.")
-    parser.add_argument("-f", "--filename", required=True, help="YAML or JSON stream ('-' for stdin)")
+    _stream_arguments(parser)
     parser.add_argument("--python", help="the Python to judge with (its vLLM stands for the image's)")
     parser.add_argument("--render", action="store_true", help="print the preflight Job and ConfigMap instead of running the judge")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="text (default), json, or yaml (--render's manifests)")
-    parser.add_argument("-n", "--namespace", default=None, help="namespace for every object (default: each object's, else 'default')")
     parser.set_defaults(func=_preflight, check=_check_preflight_flags)
 
 
