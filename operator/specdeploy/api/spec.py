@@ -268,7 +268,7 @@ PreflightMode = Literal["Required", "BestEffort", "Disabled"]
 
 class PreflightResourcesSpec(SpecModel):
     cpu: str = Field("1", pattern=QUANTITY, max_length=32, description="CPU request of the preflight pod (a Kubernetes quantity). It only parses args and builds the models on the meta device.")
-    memory: str = Field("6Gi", pattern=QUANTITY, max_length=32, description="Memory request and limit of the preflight pod (vLLM's import plus the meta-device build; weights are never loaded).")
+    memory: str = Field("4Gi", pattern=QUANTITY, max_length=32, description="Memory request and limit of the preflight pod: vLLM's import plus the meta-device build, no weights (0.7 GiB for Kimi-K3 + DSpark on the CPU build, bench/RESULTS.md; a CUDA image maps larger libraries).")
 
 
 class PreflightSpec(SpecModel):
