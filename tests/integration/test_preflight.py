@@ -159,3 +159,14 @@ async def test_disabled_runs_no_job(operator: Operator, cluster: Cluster) -> Non
     assert cluster.exists(DEPLOYMENT, "no-preflight")
     assert jobs(cluster) == []
 
+
+
+async def test_a_held_update_leaves_the_serving_workload_as_it_is(operator: Operator, cluster: Cluster) -> None:
+    await cluster.create(cr("serving", CUSTOM_IMAGE, mode="Disabled"))
+    await eventually(lambda: cluster.condition("serving", "Preflight").get("reason") == "Disabled", what="Preflight Disabled")
+    before = cluster.get(DEPLOYMENT, "serving")
+    await cluster.patch_spec("serving", {"image": MISSING_IMAGE, "preflight": {"mode": "Required"}}, generation=2)
+    await eventually(lambda: cluster.condition("serving", "Progressing").get("reason") == "PreflightHeld", what="PreflightHeld")
+    after = cluster.get(DEPLOYMENT, "serving")
+    assert after["spec"] == before["spec"]  # still the image the fast rules and the old spec chose
+    assert after["spec"]["template"]["spec"]["containers"][0]["image"] == CUSTOM_IMAGE
