@@ -1,8 +1,8 @@
 """One reconcile for create, update and resume, as named steps: parse -> resolve configs ->
 judge (validation + plan) -> preflight (the image's own vLLM on the exact args, once per
-combination: controller/preflight.py) -> apply (render, apply, prune) -> status. Each step reads and fills
-one `Pass`; a step that settles the verdict (an invalid spec, a config not readable yet, a
-failed apply) stops the pass, and the status step always runs. A new step goes in
+combination: controller/preflight.py) -> apply (render, apply, prune) -> status. Each step
+reads and fills one `Pass`; a step that settles the verdict (an invalid spec, a config not
+readable yet, a refusal, a failed apply) stops the pass, and the status step always runs. A new step goes in
 `Reconciler.steps`, in flow order. The readiness mirror keeps status in step with the workload
 between reconciles, and `heal` puts back a child that drifted or vanished.
 
