@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import yaml
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.controller import preflight as gate
+from specdeploy.controller.kube import KubePermanentError, KubeTemporaryError
 from specdeploy.geometry import ModelInputs
 from specdeploy.pipeline import evaluate
 from specdeploy.preflight.job import JOB_LABEL, MODEL_DIRS, preflight_config_map, preflight_job
@@ -192,3 +194,35 @@ def test_the_images_release_replaces_the_tags_guess() -> None:
     assert gate.judged_version(LLAMA, status) == "0.31.2"
     assert gate.judged_version(LLAMA.model_copy(update={"image": "other:tag"}), status) is None
     assert gate.judged_version(LLAMA.model_copy(update={"vllm_version": "0.30.0"}), status) is None  # the spec's word wins
+
+
+class RefusingKube:
+    """The API server refuses the Job (a quota, an admission policy); the ConfigMap goes through."""
+
+    def __init__(self, error: Exception):
+        self.error, self.created, self.deleted = error, [], []
+
+    async def get(self, kind: str, namespace: str, name: str) -> None:
+        return None
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["kind"] == "Job":
+            raise self.error
+        self.created.append(obj["kind"])
+        return obj
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        self.deleted.append(kind)
+
+
+@pytest.mark.parametrize("error", [KubePermanentError("HTTP 422: violates PodSecurity", status=422),
+                                   KubeTemporaryError("HTTP 403: exceeded quota", slow=True, status=403)])
+@pytest.mark.parametrize("mode, proceed", [("BestEffort", True), ("Required", False)])
+async def test_a_job_the_api_server_refuses_could_not_run(error: Exception, mode: str, proceed: bool) -> None:
+    kube = RefusingKube(error)
+    spec = LLAMA.model_copy(update={"preflight": LLAMA.preflight.model_copy(update={"mode": mode})})
+    decision = await gate.PreflightGate(kube, logging.getLogger("test")).check(  # type: ignore[arg-type]
+        spec, request_for(spec), name="sd", namespace="ns", status={}, owner={"uid": "u"}, fast_version=None)
+    assert decision.proceed is proceed and decision.preflight.reason == "CouldNotRun"
+    assert str(error.status) in decision.preflight.message  # type: ignore[attr-defined]
+    assert kube.created == ["ConfigMap"] and kube.deleted == ["ConfigMap"]  # nothing left behind

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from specdeploy.api.conditions import Reason, Verdict
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.controller.kube import Kube, KubeTemporaryError
+from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.controller.metrics import METRICS
 from specdeploy.preflight import JUDGE_FILE
 from specdeploy.preflight.job import CONFIG_MAP_LIMIT_BYTES, JOB_LABEL, config_map_bytes, preflight_config_map, preflight_job, preflight_name
@@ -159,7 +159,9 @@ class PreflightGate:
                 return Outcome("CouldNotRun", why=f"the models' configs and the judge take {size} bytes, over a ConfigMap's {CONFIG_MAP_LIMIT_BYTES}")
             for child in (config_map, preflight_job(spec, request, cr_name=name, namespace=namespace)):
                 child["metadata"]["ownerReferences"] = [owner]
-                await self._create(child)
+                refused = await self._create(child)
+                if refused is not None:
+                    return Outcome("CouldNotRun", why=refused)
             self.logger.info("Created preflight Job %s/%s for image %s", namespace, job, request.image)
             return RUNNING
         # The emulator ignores label selectors: keep only this Job's pods.
@@ -167,9 +169,16 @@ class PreflightGate:
                 if ((p.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL) == job]
         return job_outcome(live, pods)
 
-    async def _create(self, child: dict[str, Any]) -> None:
+    async def _create(self, child: dict[str, Any]) -> str | None:
+        """Create `child`; why the API server refused it for good (403: RBAC or a quota, 422:
+        an admission policy), else None. 409: created by an earlier try of this reconcile."""
         try:
             await self.kube.create(child)
+        except KubePermanentError as exc:
+            return f"the API server refused the {child['kind']}: {exc}"
         except KubeTemporaryError as exc:
-            if exc.status != 409:  # 409: created by an earlier try of this reconcile
+            if exc.status == 403:
+                return f"the API server refused the {child['kind']}: {exc}"
+            if exc.status != 409:
                 raise
+        return None

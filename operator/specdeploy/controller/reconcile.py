@@ -303,9 +303,13 @@ class Reconciler:
             return True
         request = await self.offload.run(self.offload.cpu, None, functools.partial(
             judge_request, spec, evaluation.plan, target.config, draft.config if draft else None))
-        decision = await gate.PreflightGate(self.kube, self.logger).check(
-            spec, request, name=run.name, namespace=run.namespace, status=run.previous,
-            owner=_owner_reference(run.body), fast_version=evaluation.vllm_version)
+        try:
+            decision = await gate.PreflightGate(self.kube, self.logger).check(
+                spec, request, name=run.name, namespace=run.namespace, status=run.previous,
+                owner=_owner_reference(run.body), fast_version=evaluation.vllm_version)
+        except KubeTemporaryError as exc:  # reading or writing the Job: the workload waits
+            run.progressing = Verdict("Unknown", Reason.APPLY_RETRYING, f"preflight: {exc} (retrying)")
+            return run.stop(str(exc), "slow" if exc.slow else "api")
         run.verdicts[PREFLIGHT] = decision.preflight
         if decision.status is not None:
             run.desired["preflight"] = decision.status
