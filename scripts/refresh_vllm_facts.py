@@ -7,9 +7,9 @@ model registry, config classes and server CLI, and shipped as data (one file per
 `tests/parity/test_vllm_facts.py` regenerates the data in memory and fails when the committed
 file for the installed vLLM is stale.
 
-Adding a vLLM version: build a venv with it (`make vllm-venv`, `make vllm-next-venv`), run this
-script there, add the version's logic differences (if any) to `specdeploy/vllm/rule_sets.py`, and
-add the venv to the parity matrix in the Makefile.
+Adding a vLLM release: `make vllm-release VERSION=X` (scripts/vllm_release.py) builds its venv,
+runs this script there and lists what is left: the release's logic differences for
+`specdeploy/vllm/release_logic.py`, and the parity cases that disagree.
     .venv-vllm/bin/python scripts/refresh_vllm_facts.py          # write data/<installed version>.json
     .venv-vllm/bin/python scripts/refresh_vllm_facts.py --check  # exit 1 if stale
 
@@ -24,6 +24,16 @@ Sources (read from the installed release):
   `SpeculativeConfig` pydantic dataclass with its type, bounds, choices and default
 - `vllm/entrypoints/.../cli_args.py` `make_arg_parser`: every flag of the OpenAI server's CLI with
   its spellings and arity (how many values follow it)
+- `vllm/config/cache.py` `CacheConfig`: the default block size and `gpu_memory_utilization`
+  (0.34.0: 1.0 when the extensible KV cache sizes the cache, read from
+  `resolved_gpu_memory_utilization`)
+- 0.34.0 on: `vllm/v1/worker/gpu/spec_decode/speculator_config.py`, where the per-method logic
+  moved out of `SpeculativeConfig.__post_init__` into one `SpeculatorConfig` class per method
+  (`<method>/config.py`): each method's class and what it declares (base method, supported
+  options, parallel drafting, ...), the speculator each draft architecture declares
+  (`SpeculativeDraftModel.speculator_config_class`), the options checked per method
+  (`_METHOD_SPECIFIC_OPTIONS`), whether plugins may register methods, and suffix decoding's
+  default k (its `configure`, run on a probe)
 """
 
 from __future__ import annotations
@@ -101,6 +111,105 @@ def _ast_supports_pp(module_name: str, class_name: str, seen: set[tuple[str, str
                 return True
         return False
     return False
+
+
+def _ast_class_attribute(module_name: str, class_name: str, attribute: str) -> tuple[str, str] | None:
+    """(module, name) of the class that `class_name.attribute = Name` names in the module's source,
+    for a module the CPU build cannot import."""
+    path = _module_source_path(module_name)
+    if path is None:
+        return None
+    tree = ast.parse(path.read_text())
+    imports = {alias.asname or alias.name: node.module for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for stmt in node.body:
+                if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name)
+                        and any(isinstance(t, ast.Name) and t.id == attribute for t in stmt.targets)):
+                    return imports.get(stmt.value.id, module_name), stmt.value.id
+    return None
+
+
+def _declared_speculator(entry: Any, model_cls: type | None) -> type | None:
+    """The SpeculatorConfig class a draft architecture declares (0.34.0:
+    `SpeculativeDraftModel.speculator_config_class`; SpeculativeConfig checks an explicit method
+    against its base_method, speculator_config.py `_resolve_checkpoint_config_class`)."""
+    import importlib
+
+    if model_cls is not None:
+        return getattr(model_cls, "speculator_config_class", None)
+    found = _ast_class_attribute(entry.module_name, entry.class_name, "speculator_config_class")
+    return getattr(importlib.import_module(found[0]), found[1]) if found else None
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _describe_speculator(cls: type, draft_model_cls: type) -> dict[str, Any]:
+    """What a SpeculatorConfig class declares that decides a verdict or a plan."""
+    return {
+        "base_method": cls.base_method,
+        "supported_options": sorted(cls.supported_options),
+        "parallel_drafting": cls.parallel_drafting,
+        "uses_target_hidden_states": cls.uses_target_hidden_states,
+        "draft_has_own_vocab": cls.draft_has_own_vocab,
+        "loads_checkpoint": issubclass(cls, draft_model_cls),  # a DraftModelSpeculatorConfig
+    }
+
+
+def _suffix_default_k_cap(suffix_cls: type) -> int | None:
+    """SuffixSpeculatorConfig.configure's default k with an unbounded tree depth: 0.34.0 takes
+    min(8, suffix_decoding_max_tree_depth) (0.33.0 took the depth itself)."""
+    from types import SimpleNamespace
+
+    probe = SimpleNamespace(num_speculative_tokens=None, suffix_decoding_max_tree_depth=1 << 30,
+                            suffix_decoding_corpus_tokens=0, suffix_decoding_max_cached_requests=0,
+                            suffix_decoding_max_spec_factor=0, suffix_decoding_min_token_prob=0)
+    suffix_cls.configure(probe)
+    k = probe.num_speculative_tokens
+    return None if k == probe.suffix_decoding_max_tree_depth else k
+
+
+def _speculators(declared: dict[str, type]) -> dict[str, Any] | None:
+    """0.34.0's per-method SpeculatorConfig classes (None before 0.34.0, where the per-method
+    logic lives in SpeculativeConfig.__post_init__ and the data has no such section)."""
+    try:
+        from vllm.v1.worker.gpu.spec_decode import speculator_config as sc
+    except ImportError:
+        return None
+    from vllm.config import speculative
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+
+    by_method = {method: resolve_obj_by_qualname(name) for method, name in sc._CONFIG_BY_METHOD.items()}
+    classes = {_qualname(c): _describe_speculator(c, sc.DraftModelSpeculatorConfig)
+               for c in [*by_method.values(), *declared.values()]}
+    return {
+        "by_method": {method: _qualname(c) for method, c in sorted(by_method.items())},
+        "classes": dict(sorted(classes.items())),
+        "method_specific_options": list(speculative._METHOD_SPECIFIC_OPTIONS),
+        "plugin_methods": hasattr(sc, "register_speculative_method"),
+        "default_k_caps": {"suffix": _suffix_default_k_cap(by_method["suffix"])},
+    }
+
+
+def _memory_defaults() -> dict[str, Any]:
+    """CacheConfig's defaults for what the memory plan assumes (vllm/config/cache.py)."""
+    from types import SimpleNamespace
+
+    from pydantic.fields import FieldInfo
+    from vllm.config.cache import CacheConfig
+
+    default = CacheConfig.__dataclass_fields__["gpu_memory_utilization"].default
+    default = default.default if isinstance(default, FieldInfo) else default
+    out: dict[str, Any] = {"block_size": CacheConfig.DEFAULT_BLOCK_SIZE, "gpu_memory_utilization": default}
+    resolved = getattr(CacheConfig, "resolved_gpu_memory_utilization", None)
+    if default is None and resolved is not None:  # 0.34.0: the default depends on the sizing mode
+        for key, extensible in (("gpu_memory_utilization", False), ("gpu_memory_utilization_extensible_kv_cache", True)):
+            out[key] = resolved.fget(SimpleNamespace(gpu_memory_utilization=None, enable_extensible_kv_cache=extensible,
+                                                     DEFAULT_GPU_MEMORY_UTILIZATION=CacheConfig.DEFAULT_GPU_MEMORY_UTILIZATION))
+    return out
 
 
 def _mla_model_types() -> list[str]:
@@ -257,11 +366,13 @@ def collect() -> dict[str, Any]:
 
     speculative = set(reg._SPECULATIVE_DECODING_MODELS)
     archs: dict[str, dict[str, Any]] = {}
+    declared: dict[str, type] = {}
     for arch in sorted(reg.ModelRegistry.models):
         entry = reg.ModelRegistry.models[arch]
         module_name = getattr(entry, "module_name", None)
         class_name = getattr(entry, "class_name", None)
         info: dict[str, Any] = {"speculative": arch in speculative}
+        cls = None
         try:
             cls = entry.load_model_cls()
             info["supports_pp"] = bool(supports_pp(cls))
@@ -271,8 +382,14 @@ def collect() -> dict[str, Any]:
                 continue
             info["supports_pp"] = _ast_supports_pp(module_name, class_name, set())
             info["pp_source"] = "ast"
+        if (speculator := _declared_speculator(entry, cls)) is not None:
+            declared[arch] = speculator
+            info["speculator"] = _qualname(speculator)
         archs[arch] = info
+    speculators = _speculators(declared)
     return {
+        **({"speculators": speculators} if speculators is not None else {}),
+        "memory_defaults": _memory_defaults(),
         "vllm_version": vllm.__version__,
         "generated_by": "scripts/refresh_vllm_facts.py",
         "architectures": archs,

@@ -110,6 +110,16 @@ def _int_or_auto(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {value!r}") from None
 
 
+def _vllm_release(value: str) -> str:
+    """--vllm-version: a release number, as the image's tag would give it."""
+    from specdeploy.vllm import SUPPORTED_VERSIONS
+
+    parts = value.split(".")
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"expected a vLLM release as X.Y.Z, e.g. {SUPPORTED_VERSIONS[-1]}, got {value!r}")
+    return value
+
+
 def _gpu_product(value: str) -> str:
     from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
 
@@ -139,7 +149,7 @@ def _add_validate(sub: Any) -> None:
     from specdeploy.vllm import DEFAULT_IMAGE, DEFAULT_VERSION, SUPPORTED_VERSIONS
 
     release = parser.add_mutually_exclusive_group()
-    release.add_argument("--vllm-version", help=f"the vLLM release whose rules judge (supported: {', '.join(SUPPORTED_VERSIONS)}; default {DEFAULT_VERSION})")
+    release.add_argument("--vllm-version", type=_vllm_release, help=f"the vLLM release whose rules judge (supported: {', '.join(SUPPORTED_VERSIONS)}; default {DEFAULT_VERSION})")
     release.add_argument("--image", help=f"the vLLM image the pod will run; its release tag picks the rules (e.g. {DEFAULT_IMAGE})")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (default text)")
     parser.set_defaults(func=_validate, check=_check_draft_flag)
@@ -169,9 +179,20 @@ def _load_flag(ref: str, flag: str, revision: str | None = None) -> Any:
         raise UsageError(flag, exc.message.replace("hfTokenSecretRef", "HF_TOKEN")) from None
 
 
+# The spec fields `validate` fills from its flags.
+_FLAG_OF_FIELD = {
+    "spec.target.model": "--target", "spec.target.revision": "--revision", "spec.draft.model": "--draft",
+    "spec.draft.method": "--method", "spec.draft.numSpeculativeTokens": "--num-speculative-tokens",
+    "spec.draft.tensorParallelSize": "--draft-tp", "spec.parallelism.tensorParallelSize": "--tp",
+    "spec.parallelism.pipelineParallelSize": "--pp", "spec.resources.gpu.product": "--gpu",
+    "spec.serving.maxModelLen": "--max-model-len", "spec.vllmVersion": "--vllm-version", "spec.image": "--image",
+}
+
+
 def _validate(args: argparse.Namespace) -> int:
     from specdeploy.api.parse import parse_spec
-    from specdeploy.pipeline import Evaluation, evaluate
+    from specdeploy.findings import Severity
+    from specdeploy.pipeline import evaluate
     from specdeploy.sources import resolve_pair
 
     draft_spec: dict[str, Any] = {"method": args.method, "tensorParallelSize": args.draft_tp}
@@ -193,12 +214,12 @@ def _validate(args: argparse.Namespace) -> int:
     if args.image:
         document["image"] = args.image
     spec, findings = parse_spec(document)
-    if spec is None:
-        evaluation = Evaluation(tuple(findings), None)
-    else:
-        flags = {"spec.target": "--target", "spec.draft": "--draft"}  # the spec's models are the flags' values
-        target, draft = resolve_pair(spec, lambda source, where: _load_flag(source.model, flags[where], source.revision))
-        evaluation = evaluate(spec, target, draft)
+    if spec is None:  # every spec field came from a flag: a value the spec refuses is a usage error
+        first = next(f for f in findings if f.severity is Severity.ERROR)
+        raise UsageError(_FLAG_OF_FIELD.get(first.field, first.field), first.message)
+    flags = {"spec.target": "--target", "spec.draft": "--draft"}  # the spec's models are the flags' values
+    target, draft = resolve_pair(spec, lambda source, where: _load_flag(source.model, flags[where], source.revision))
+    evaluation = evaluate(spec, target, draft)
     report = evaluation.to_dict()
 
     def text() -> str:
@@ -227,8 +248,29 @@ def _add_plan(sub: Any) -> None:
 
 def _stream_arguments(parser: argparse.ArgumentParser) -> None:
     """-f and -n, as `plan` and `preflight` read a YAML stream."""
-    parser.add_argument("-f", "--filename", required=True, help="YAML or JSON stream ('-' for stdin)")
+    parser.add_argument("-f", "--filename", required=True,
+                        help="YAML or JSON stream: a file, a directory (its .json, .yaml and .yml files, as kubectl reads it) or '-' for stdin")
     parser.add_argument("-n", "--namespace", default=None, help="namespace for every object (default: each object's, else 'default')")
+
+
+MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")  # what `kubectl apply -f DIR` reads from a directory
+
+
+def _read_stream(filename: str) -> tuple[str, str]:
+    """The YAML stream `-f` names: stdin ('-'), a file, or, as kubectl does, every .json, .yaml
+    and .yml file directly in a directory, in name order."""
+    if filename == "-":
+        return sys.stdin.read(), "<stdin>"
+    path = Path(filename)
+    try:
+        if not path.is_dir():
+            return path.read_text(), filename
+        files = sorted(p for p in path.iterdir() if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+        if not files:
+            raise UsageError("--filename", f"{filename} holds no {', '.join(MANIFEST_SUFFIXES)} file")
+        return "\n---\n".join(p.read_text() for p in files), filename
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError("--filename", f"cannot read {filename}: {exc}") from None
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -312,15 +354,6 @@ def _preflight(args: argparse.Namespace) -> int:
 
     _emit(args.output, {"ok": code == EXIT_VALID, "results": results}, text_report)
     return code
-
-
-def _read_stream(filename: str) -> tuple[str, str]:
-    if filename == "-":
-        return sys.stdin.read(), "<stdin>"
-    try:
-        return Path(filename).read_text(), filename
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError("--filename", f"cannot read {filename}: {exc}") from None
 
 
 def _preflight_request(result: Any) -> Any:
@@ -540,6 +573,9 @@ def main(argv: list[str] | None = None) -> int:
         check(parser, args)
     try:
         return args.func(args)
+    except BrokenPipeError:  # `specdeploy plan -f x | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return EXIT_VALID
     except UsageError as exc:
         return _usage_failure(args, exc.field, exc.message)
     except (OSError, ValueError) as exc:

@@ -21,16 +21,16 @@ from typing import Any
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import VALIDATION_STAGES, Finding, Stage, at_stage, has_errors
-from specdeploy.geometry import ModelInputs, read_models
+from specdeploy.geometry import ModelInputs, Models, read_models
 from specdeploy.planning.plan import Plan
-from specdeploy.planning.planner import layout_findings, plan_layout
+from specdeploy.planning.planner import LayoutRules, layout_findings, plan_layout
 from specdeploy.render.speculative_config import speculative_config
 from specdeploy.validation.extra_args import check_extra_args
-from specdeploy.validation.load import check_load_pair
-from specdeploy.validation.rules import check_pair
+from specdeploy.validation.load import check_load_layout, check_load_pair
+from specdeploy.validation.rules import check_layout, check_pair
 from specdeploy.validation.speculative_config import check_speculative_config
 from specdeploy.validation.speculative_tokens import resolve_num_speculative_tokens
-from specdeploy.vllm import judging_version
+from specdeploy.vllm import VllmFacts, judging_version
 
 __all__ = ["Evaluation", "ModelInputs", "evaluate"]
 
@@ -77,14 +77,24 @@ def evaluate(
     findings += at_stage(model_findings, Stage.CONFIG)
     if models is None:
         return Evaluation(tuple(findings + extra_args), None, facts.version)
+    rules = _layout_rules(spec, models, facts)
     findings += check_pair(spec, models, facts)
     findings += check_load_pair(spec, models, draft.config if draft else None)
     k, k_findings = resolve_num_speculative_tokens(spec, models, facts, k_in_force)
     findings += k_findings + check_speculative_config(spec, k, models, facts)
     if k is None or has_errors(findings):
         # No plan for an invalid pair, but every reason at once: vLLM's layout rules too.
-        return Evaluation(tuple(findings + layout_findings(spec, models, facts) + extra_args), None, facts.version)
-    plan, plan_findings = plan_layout(spec, models, k, target, draft, facts)
+        return Evaluation(tuple(findings + layout_findings(spec, models, rules) + extra_args), None, facts.version)
+    plan, plan_findings = plan_layout(spec, models, k, target, draft, facts, rules)
     findings += plan_findings + extra_args
     config = speculative_config(spec, plan) if plan is not None else None
     return Evaluation(tuple(findings), plan, facts.version, config)
+
+
+def _layout_rules(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> LayoutRules:
+    """vLLM's rules for one layout, as the planner asks them: the pair's (validation.rules)
+    and what fails when vLLM builds the target and the draft at that TP (validation.load)."""
+    def rules(tp: int, draft_tp: int | None, pp: int) -> list[Finding]:
+        return check_layout(spec, models, tp, draft_tp, pp, facts) + check_load_layout(spec, models, tp, draft_tp)
+
+    return rules

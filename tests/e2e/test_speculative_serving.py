@@ -68,7 +68,12 @@ def _config(path: Path) -> dict[str, Any]:
 
 
 def _document(target: Path, draft_block: dict[str, Any]) -> dict[str, Any]:
+    """A CR for the installed CPU build's release: the default image is the newest supported
+    release, which has no CPU build, so the e2e names the release it serves with."""
+    import vllm
+
     return {
+        "image": f"vllm/vllm-openai:v{vllm.__version__}",
         "target": {"model": str(target), "config": _config(target)},
         "draft": draft_block,
         "parallelism": {"tensorParallelSize": 1, "pipelineParallelSize": 1},

@@ -64,6 +64,15 @@ async def eventually(check: Callable[[], Any], timeout: float = HANG_GUARD_S, wh
     raise AssertionError(f"timed out waiting for {what or check}: last={last!r}")
 
 
+def reconciles_finished() -> float:
+    """Reconciles the operator (in this process) has finished, whatever their result: waiting
+    for it to move is waiting for a reconcile to end."""
+    from specdeploy.controller.metrics import METRICS
+
+    return sum(sample.value for metric in METRICS.reconciles.collect() for sample in metric.samples
+               if sample.name.endswith("_total"))
+
+
 async def created(cluster: "Cluster", doc: dict[str, Any], uid: str) -> str:
     name = doc["metadata"]["name"]
     await cluster.create(with_identity(doc, uid))

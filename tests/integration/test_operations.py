@@ -17,11 +17,14 @@ from specdeploy.render import child_names, invalid_names
 from tests.conftest import load_config
 from tests.integration.fake_hub import FakeHub
 
-from .conftest import DEPLOYMENT, LWS, NS, PDB, SD_PATH, SERVICE, Cluster, Operator, created, eventually, example, with_identity
+from .conftest import (
+    DEPLOYMENT, LWS, NS, PDB, SD_PATH, SERVICE, Cluster, Operator, created, eventually, example, reconciles_finished, with_identity,
+)
 
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
 K3_B300 = example("kimi-k3-dspark-b300.yaml")  # one node per replica: a Deployment
 NGRAM = example("qwen3-8b-ngram.yaml")
+K3 = example("kimi-k3-dspark-h200.yaml")  # two nodes per replica: a LeaderWorkerSet
 
 
 def _args(dep: dict[str, Any]) -> list[str]:
@@ -114,33 +117,35 @@ async def test_delete_and_recreate_with_the_same_name_rebinds_the_children(opera
     await eventually(lambda: cluster.exists(DEPLOYMENT, name), what="the Deployment re-created")
 
 
-def _reconciles() -> float:
-    """Reconciles finished by this process (the operator runs in it), whatever their result."""
-    from specdeploy.controller.metrics import METRICS
-
-    return sum(sample.value for metric in METRICS.reconciles.collect() for sample in metric.samples
-               if sample.name.endswith("_total"))
-
-
-async def test_create_costs_at_most_children_plus_two_writes_and_resume_none(operator: Operator, cluster: Cluster) -> None:
-    """Counted from the API server's request log, kopf's own patches of the CR included (its
-    finalizer, progress and diffbase annotations), the test's create excluded."""
+async def _create_counting_writes(cluster: Cluster, doc: dict[str, Any], uid: str) -> tuple[str, list[Any]]:
+    """Create `doc` and return the writes it cost, as the API server's request log has them:
+    kopf's own patches of the CR included (finalizer, progress and diffbase annotations), the
+    test's create excluded."""
     mark = cluster.mark()
-    name = await created(cluster, NGRAM, "uid-writes")
+    name = await created(cluster, doc, uid)
     await eventually(lambda: cluster.exists(PDB, name), what="children")
     # kopf's last write on a create is the diffbase annotation: it is stored once the handler is done.
     await eventually(lambda: "specdeploy.io/last-handled-configuration" in cluster.sd(name)["metadata"].get("annotations", {}),
                      what="kopf's diffbase annotation")
-    writes = [w for w in cluster.writes(mark) if not (str(w.method).endswith("POST") and w.url.path == SD_PATH)]
-    children = [w for w in writes if w.resource is not None and w.resource.plural in ("deployments", "services", "poddisruptionbudgets")]
+    return name, [w for w in cluster.writes(mark) if not (str(w.method).endswith("POST") and w.url.path == SD_PATH)]
+
+
+@pytest.mark.parametrize("doc", [NGRAM, LLAMA, K3], ids=["ngram", "eagle3", "leader-worker-set"])
+async def test_create_costs_at_most_children_plus_two_writes(operator: Operator, cluster: Cluster, doc: dict[str, Any]) -> None:
+    name, writes = await _create_counting_writes(cluster, doc, f"uid-writes-{doc['metadata']['name']}")
+    children = [w for w in writes if w.resource is not None and w.resource.plural in ("deployments", "leaderworkersets", "services", "poddisruptionbudgets")]
     assert len(children) == 3
     assert len(writes) <= len(children) + 2, [(str(w.method), w.url.path, str(w.data)[:150]) for w in writes]
     assert "finalizers" not in cluster.sd(name)["metadata"]  # deletion never waits for the operator
-    # A restart over an ngram CR (its plan holds nulls the API server drops): nothing written.
+
+
+async def test_a_restart_writes_nothing(operator: Operator, cluster: Cluster) -> None:
+    """A restart over an ngram CR (its plan holds nulls the API server drops): nothing written."""
+    await _create_counting_writes(cluster, NGRAM, "uid-restart-ngram")
     await operator.stop()
-    mark, done = cluster.mark(), _reconciles()
+    mark, done = cluster.mark(), reconciles_finished()
     await operator.start()
-    await eventually(lambda: _reconciles() > done, what="the resume reconcile")
+    await eventually(lambda: reconciles_finished() > done, what="the resume reconcile")
     # A wrong write could only come later than this: the wait can miss one, never invent one.
     await asyncio.sleep(1.0)
     assert cluster.writes(mark) == [], [(str(w.method), w.url.path, w.data) for w in cluster.writes(mark)]
@@ -190,8 +195,9 @@ async def test_a_hub_outage_keeps_a_serving_model_ready(hub: FakeHub, operator: 
     warnings = await eventually(lambda: [e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"], what="the retrying Event")
     # A restart while the Hub is still down (nothing cached in memory): the verdict stands.
     await operator.stop()
+    done = reconciles_finished()
     await operator.start()
-    await asyncio.sleep(1.0)
+    await eventually(lambda: reconciles_finished() > done, what="the resume reconcile")
     assert cluster.condition(name, "Ready")["status"] == "True"
     assert cluster.condition(name, "Validated")["status"] == "True"
     assert len([e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"]) == len(warnings) == 1

@@ -3,6 +3,7 @@ restart, readiness. Final-state assertions only."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from typing import Any
@@ -11,7 +12,7 @@ import kubernetes_validate
 
 from specdeploy.render import PLAN_HASH_ANNOTATION
 
-from .conftest import DEPLOYMENT, LWS, PDB, SERVICE, Cluster, Operator, created, eventually, example, with_identity
+from .conftest import DEPLOYMENT, LWS, PDB, SERVICE, Cluster, Operator, created, eventually, example, reconciles_finished, with_identity
 
 LLAMA = example("llama-3.1-8b-eagle3.yaml")  # single node, inline configs
 K3 = example("kimi-k3-dspark-h200.yaml")  # two nodes per replica
@@ -136,12 +137,10 @@ async def test_restart_over_existing_objects_writes_nothing(operator: Operator, 
     sd_before = cluster.sd(name)
     mark = cluster.mark()
 
+    done = reconciles_finished()
     await operator.start()
-    # The resume handler runs: it reads the children...
-    await eventually(lambda: any(str(r.method).upper().endswith("GET") and r.name == name for r in list(operator.emulator)[mark:]), what="the resume reconcile")
-    import asyncio
-
-    await asyncio.sleep(1.0)  # ...and would have written by now if it were going to
+    await eventually(lambda: reconciles_finished() > done, what="the resume reconcile")
+    await asyncio.sleep(1.0)  # a wrong write could only come later: the wait can miss one, never invent one
     assert cluster.writes(mark) == [], [(r.method, r.resource, r.name, r.data) for r in cluster.writes(mark)]
     for resource, n in ((DEPLOYMENT, name), (SERVICE, f"{name}-api"), (PDB, name)):
         assert cluster.get(resource, n) == snapshot[resource]
@@ -174,6 +173,22 @@ async def test_missing_configmap_is_retried_and_reported(operator: Operator, clu
     await eventually(lambda: cluster.condition("from-configmap", "Validated").get("reason") == "ConfigUnavailable", what="ConfigUnavailable")
     assert cluster.condition("from-configmap", "Validated")["status"] == "Unknown"
     assert not cluster.exists(DEPLOYMENT, "from-configmap")
+
+
+async def test_a_model_the_operator_cannot_read_is_config_invalid_and_not_retried(operator: Operator, cluster: Cluster) -> None:
+    """A path as the target's model: the operator reads no local files, so no retry can help.
+    Validated=False ConfigInvalid naming the field, Planned=Unknown, and nothing is created."""
+    doc = copy.deepcopy(LLAMA)
+    doc["metadata"]["name"] = "local-path"
+    del doc["spec"]["target"]["config"]
+    doc["spec"]["target"]["model"] = "/models/llama"
+    await cluster.create(with_identity(doc, "uid-local-path"))
+    await eventually(lambda: cluster.condition("local-path", "Validated").get("reason") == "ConfigInvalid", what="ConfigInvalid")
+    validated = cluster.condition("local-path", "Validated")
+    assert validated["status"] == "False" and validated["message"].startswith("spec.target.model: ")
+    assert cluster.condition("local-path", "Planned")["reason"] == "NotValidated"
+    assert [f["code"] for f in cluster.sd("local-path")["status"]["findings"]] == ["config-invalid"]
+    assert not cluster.exists(DEPLOYMENT, "local-path")
 
 
 async def test_a_layout_that_does_not_fit_is_validated_but_not_planned(operator: Operator, cluster: Cluster) -> None:

@@ -90,6 +90,11 @@ DRAFT_PAIRS: tuple[tuple[str, str, str], ...] = (
     *((K3, d, "dspark") for d in K3_DRAFTS),
     # A dense (non-DSpark) draft under dspark: vLLM accepts the config (DSparkDraftModel)
     ("Qwen__Qwen3-8B", "Qwen__Qwen3-0.6B", "dspark"),
+    # Draft TP 1 is no way out for a draft whose 24 heads the target's TP does not split: draft_model
+    # and dspark drafts get a draft-TP parallel_config no layer reads (meta-device build: vLLM's
+    # config accepts TP 16 with draft TP 1, the draft's attention asserts at load)
+    ("meta-llama__Llama-3.1-70B-Instruct", "draft-tp-llama-24-heads", "draft_model"),
+    ("Qwen__Qwen3-8B", "draft-tp-dspark-qwen3-24-heads", "dspark"),
 )
 
 DEFAULT_K_PAIRS: tuple[tuple[str, str | None, str], ...] = (
@@ -154,7 +159,8 @@ def _draft_tps(tp: int) -> tuple[int, ...]:
 # Where vLLM releases differ (0.32.0 -> 0.33.0): SpeculativeConfig keys and values one release
 # has and the other lacks, and the checks that come with them (vllm/config/speculative.py).
 LLAMA8, LLAMA1, EAGLE3 = "meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "specforge__llama3-8B-eagle3"
-VERSION_CASES: tuple[tuple[str, str | None, str, int, dict[str, Any]], ...] = (
+QWEN8, DFLASH, K3_DRAFT = "Qwen__Qwen3-8B", "specforge__qwen3-8b-dflash", "k3-dspark-released"
+VERSION_CASES: tuple[tuple[str, str | None, str, int | None, dict[str, Any]], ...] = (
     # FLy, a lossy rejection sampler (0.33.0): k >= 2 and fly_window_size < k
     (LLAMA8, None, "ngram", 3, {"rejection_sample_method": "fly"}),
     (LLAMA8, None, "ngram", 1, {"rejection_sample_method": "fly"}),
@@ -174,6 +180,33 @@ VERSION_CASES: tuple[tuple[str, str | None, str, int, dict[str, Any]], ...] = (
     (LLAMA8, LLAMA1, "draft_model", 3, {"use_heterogeneous_vocab": True}),
     # kv_cache_dtype: 0.33.0 takes any string a platform backend may register
     (LLAMA8, EAGLE3, "eagle3", 3, {"kv_cache_dtype": "fp8"}),
+    # 0.34.0 -> parallel_drafting=True only with dflash and dspark (deprecated: False is a no-op)
+    (LLAMA8, EAGLE3, "eagle3", 3, {"parallel_drafting": True}),
+    (LLAMA8, EAGLE3, "eagle3", 3, {"parallel_drafting": False}),
+    (QWEN8, DFLASH, "dflash", 8, {"parallel_drafting": True}),
+    # 0.34.0 removed disable_padded_drafter_batch (and use_heterogeneous_vocab, above)
+    (LLAMA8, LLAMA1, "draft_model", 3, {"disable_padded_drafter_batch": True}),
+    # 0.34.0 added draft_decode_context_parallel_size (1 or the target's DCP: 1 here)
+    (LLAMA8, EAGLE3, "eagle3", 3, {"draft_decode_context_parallel_size": 1}),
+    (LLAMA8, EAGLE3, "eagle3", 3, {"draft_decode_context_parallel_size": 2}),
+    (LLAMA8, None, "ngram", 3, {"draft_decode_context_parallel_size": 2}),
+    # 0.34.0 added suffix_decoding_corpus_tokens, in [0, 2**31)
+    (LLAMA8, None, "suffix", 4, {"suffix_decoding_corpus_tokens": 0}),
+    (LLAMA8, None, "suffix", 4, {"suffix_decoding_corpus_tokens": -1}),
+    # 0.34.0 checks the method-specific options against the speculator's supported_options
+    (LLAMA8, EAGLE3, "eagle3", 3, {"speculator_options": {"depth": 2}}),
+    (LLAMA8, EAGLE3, "eagle3", 3, {"draft_lm_head_quantization": "fp8", "parallel_drafting": False}),
+    ("deepseek-ai__DeepSeek-V3", None, "mtp", 1, {"index_share_for_mtp_iteration": True}),
+    (LLAMA8, EAGLE3, "eagle3", 3, {"index_share_for_mtp_iteration": True}),
+    # suffix's default k: the tree depth up to 0.33.0, min(8, depth) from 0.34.0
+    (LLAMA8, None, "suffix", None, {"rejection_sample_method": "fly", "fly_window_size": 10}),
+    (LLAMA8, None, "suffix", None, {"rejection_sample_method": "fly", "fly_window_size": 6}),
+    # 0.34.0 checks an explicit method against the speculator the draft checkpoint declares
+    (QWEN8, DFLASH, "draft_model", 3, {}),
+    (QWEN8, DFLASH, "eagle3", 3, {}),
+    (QWEN8, DFLASH, "dspark", 3, {}),
+    (K3, K3_DRAFT, "dflash", 3, {}),
+    (K3, K3_DRAFT, "draft_model", 3, {}),
 )
 
 

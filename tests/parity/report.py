@@ -18,15 +18,17 @@ class Row:
     vllm_error: str
     ours_ok: bool
     our_errors: tuple[str, ...]
+    judged_by: str  # the rule set specdeploy judged with (the installed release's, once it has one)
 
     @property
     def agree(self) -> bool:
         return self.vllm_ok == self.ours_ok
 
 
-def our_verdict(case: Case) -> tuple[bool, tuple[str, ...]]:
+def our_verdict(case: Case) -> tuple[bool, tuple[str, ...], str]:
     """specdeploy's verdict through the one shared entry point (no resources: no memory check),
-    for a CR whose image is the installed vLLM release (its tag picks the rule set)."""
+    for a CR whose image is the installed vLLM release (its tag picks the rule set; on release
+    day, before the release has one, the nearest older release's), and the release that judged."""
     import vllm
 
     from specdeploy.api.spec import SpeculativeDeploymentSpec
@@ -54,8 +56,7 @@ def our_verdict(case: Case) -> tuple[bool, tuple[str, ...]]:
         ModelInputs(config=cfgs[case.draft]) if case.draft is not None else None,
     )
     errors = tuple(f"{f.code}: {f.message}" for f in result.findings if f.severity == "error")
-    assert result.vllm_version == vllm.__version__, "the image tag must pick the installed release's rules"
-    return result.ok, errors
+    return result.ok, errors, result.vllm_version
 
 
 def compute_rows() -> list[Row]:
@@ -67,8 +68,7 @@ def compute_rows() -> list[Row]:
         for case in grid():
             verdict = judge.judge(case.target, case.draft, case.method, case.k, case.tp, case.draft_tp,
                                   dict(case.speculative_config))
-            ours_ok, our_errors = our_verdict(case)
-            rows.append(Row(case, verdict.ok, verdict.stage, verdict.error, ours_ok, our_errors))
+            rows.append(Row(case, verdict.ok, verdict.stage, verdict.error, *our_verdict(case)))
     finally:
         judge.close()
     return rows
@@ -108,3 +108,28 @@ def table(rows: list[Row], vllm_version: str) -> str:
 def _short(error: str) -> str:
     text = error.replace("|", "/")
     return text if len(text) <= 110 else text[:107] + "..."
+
+
+def main() -> None:
+    """`python tests/parity/report.py OUT.json`: every row as JSON, for scripts/vllm_release.py."""
+    import json
+    import sys
+
+    import vllm
+
+    rows = compute_rows()
+    out = {"vllm_version": vllm.__version__, "rows": [
+        {"id": r.case.id, "vllm_ok": r.vllm_ok, "vllm_error": r.vllm_error, "ours_ok": r.ours_ok,
+         "our_errors": list(r.our_errors), "judged_by": r.judged_by} for r in rows]}
+    with open(sys.argv[1], "w", encoding="utf-8") as handle:
+        json.dump(out, handle, indent=1)
+
+
+if __name__ == "__main__":
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    main()

@@ -24,6 +24,13 @@ def test_both_verdicts_occur(parity_rows) -> None:
     assert 0 < accepted < len(parity_rows)
 
 
+def test_the_installed_release_judges(parity_rows) -> None:
+    """The image tag picks the installed release's own rule set, never a neighbour's."""
+    import vllm
+
+    assert {r.judged_by for r in parity_rows} == {vllm.__version__}
+
+
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c.id for c in CASES])
 def test_same_verdict_as_vllm(parity_rows, index: int) -> None:
     row = parity_rows[index]

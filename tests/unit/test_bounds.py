@@ -193,3 +193,13 @@ def test_real_dtype_and_label_values_still_pass() -> None:
     raw["vocabulary_map"] = {"dtype": 1234}  # Emu3: `dtype` is a token there (transformers keeps integers)
     geometry, findings = read_geometry(raw, "spec.target.config", DEFAULT_FACTS)
     assert not findings and geometry is not None
+
+
+def test_each_bounded_key_has_one_check() -> None:
+    """bounds.py dispatches on the key: a key in two sets would silently get the first's check."""
+    from specdeploy.geometry import bounds
+
+    sets = [set(bounds._INTS), set(bounds._INT_LISTS), set(bounds._STRING_LISTS), set(bounds._PATTERNS), set(bounds._EXPAND_KEYS),
+            set(bounds._NUMBERS), set(bounds._STRINGS), set(bounds._DICTS) - set(bounds._CONFIG_ATTRIBUTES),
+            {"sliding_window", "use_sliding_window", "compress_rates", "group_size", "mamba_ssm_cache_dtype", "architectures"}]
+    assert sum(len(s) for s in sets) == len(set().union(*sets))

@@ -17,6 +17,7 @@ import yaml
 from tests.conftest import MODEL_CONFIGS, SYNTHETIC
 
 K3 = str(MODEL_CONFIGS / "moonshotai__Kimi-K3.json")
+ROOT = Path(__file__).resolve().parents[2]
 EXE = shutil.which("specdeploy", path=str(Path(sys.executable).parent)) or "specdeploy"
 
 
@@ -148,9 +149,11 @@ def test_the_image_tag_picks_the_rules_medusa_is_gone_from_0_33(tmp_path: Path, 
 @pytest.mark.parametrize("image", ["vllm/vllm-openai:latest", "vllm/vllm-openai:nightly", "vllm/vllm-openai@sha256:" + "a" * 64,
                                    "vllm/vllm-openai:v0.99.0"])
 def test_an_image_with_no_rule_set_is_judged_by_the_newest_with_a_warning(tmp_path: Path, image: str) -> None:
+    from specdeploy.vllm import NEWEST_VERSION
+
     result = run("plan", "-f", str(_medusa_cr(tmp_path, image)), "-o", "json")
     (out,) = json.loads(result.stdout)["results"]
-    assert out["vllmVersion"] == "0.33.0"
+    assert out["vllmVersion"] == NEWEST_VERSION
     (warning,) = [f for f in out["findings"] if f["code"] == "vllm-version-unknown"]
     assert warning["severity"] == "warning" and warning["field"] == "spec.image" and warning["stage"] == "spec"
 
@@ -183,3 +186,54 @@ def test_validate_judges_a_key_only_0_33_has_by_the_chosen_release(tmp_path: Pat
     validated = run("validate", "--target", str(target_file), "--draft", str(draft_file), "--method", "eagle3",
                     "--num-speculative-tokens", "3", *flag, "-o", "json")
     assert json.loads(validated.stdout)["vllmVersion"] == version
+
+
+def test_a_closed_pipe_ends_the_command_quietly() -> None:
+    """`specdeploy plan -f examples/ | head -1`: no traceback, no error message, exit 0."""
+    process = subprocess.Popen([EXE, "plan", "-f", str(ROOT / "examples")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.readline()
+    process.stdout.close()  # as `head -1` does once it has its line
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 0
+    assert "Traceback" not in errors and "BrokenPipe" not in errors and "Errno 32" not in errors
+
+
+def test_plan_f_reads_a_directory_as_kubectl_does(tmp_path: Path) -> None:
+    """Every .json/.yaml/.yml file directly in it, in name order; other files are not manifests."""
+    examples = ROOT / "examples"
+    for name in ("qwen3-8b-ngram.yaml", "llama-3.1-8b-eagle3.yaml"):
+        shutil.copy(examples / name, tmp_path / name)
+    (tmp_path / "README.md").write_text("not a manifest: {")
+    result = run("plan", "-f", str(tmp_path), "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert [r["name"] for r in json.loads(result.stdout)["results"]] == ["llama-8b-eagle3", "qwen3-8b-ngram"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = run("plan", "-f", str(empty))
+    assert refused.returncode == 2 and "holds no .json, .yaml, .yml file" in refused.stderr
+
+
+@pytest.mark.parametrize(("flag", "value", "words"), [
+    ("--vllm-version", "latest-ish", "expected a vLLM release as X.Y.Z"),
+    ("--num-speculative-tokens", "-3", "--num-speculative-tokens: must be 'auto' or an integer from 1 to 64"),
+    ("--image", "bad image", "--image: must not contain whitespace"),
+])
+def test_a_flag_value_the_spec_refuses_is_a_usage_error_naming_the_flag(flag: str, value: str, words: str) -> None:
+    result = run("validate", "--target", K3, "--method", "ngram", flag, value)
+    assert result.returncode == 2 and words in result.stderr, result.stderr
+    assert "String should match pattern" not in result.stderr
+
+
+def test_the_readme_says_how_to_get_the_cli_and_that_way_works() -> None:
+    """`make venv` puts the console script in .venv/bin (the one these tests run); pipx installs
+    the same entry point."""
+    root = ROOT
+    readme = (root / "README.md").read_text()
+    assert ".venv/bin/specdeploy" in readme and "pipx install ." in readme
+    import tomllib
+
+    assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"] == {"specdeploy": "specdeploy.cli:main"}
+    assert Path(EXE).parent == Path(sys.executable).parent and Path(EXE).name == "specdeploy"
+    assert run("--version").returncode == 0

@@ -75,6 +75,14 @@ def test_kstatus_pair_follows_ready_validated_and_scale_to_zero() -> None:
     assert (invalid["Stalled"].status, invalid["Stalled"].reason, invalid["Reconciling"].status) == ("True", "InvalidPair", "False")
     zero = kstatus_verdicts({**ok, "Ready": Verdict("False", "ScaledToZero")})
     assert zero["Reconciling"].status == "False"
+    assert (serving["Reconciling"].reason, serving["Stalled"].reason) == ("Settled", "NotStalled")
+
+
+def test_no_workload_before_the_first_apply() -> None:
+    """Nothing applied yet (the spec is invalid from the start): no workload, not progressing."""
+    verdicts = workload_verdicts(None, applied=False)
+    assert (verdicts["Progressing"].status, verdicts["Progressing"].reason) == ("False", "NoWorkload")
+    assert (verdicts["Available"].status, verdicts["Available"].reason) == ("False", "NoWorkload")
 
 
 def test_merge_patch_ignores_fields_the_api_server_adds() -> None:

@@ -99,3 +99,12 @@ def test_only_the_vllm_layer_names_a_speculative_method() -> None:
     offenders = [f"{p.relative_to(PACKAGE)}:{node.lineno} {node.value!r}" for p in _modules() if _layer(p) != "vllm"
                  for node in _string_constants(ast.parse(p.read_text())) if node.value in names]
     assert offenders == []
+
+
+def test_planning_gets_the_layout_rules_from_the_pipeline() -> None:
+    """The planner searches layouts; which layouts vLLM accepts is validation's to say, handed
+    in by `pipeline.evaluate` (planner.LayoutRules). Planning importing validation would make the
+    two one layer again."""
+    offenders = [f"{p.relative_to(PACKAGE)}: {module}" for p in _modules() if _layer(p) == "planning"
+                 for module, _ in _imports(ast.parse(p.read_text())) if module.startswith("specdeploy.validation")]
+    assert offenders == []

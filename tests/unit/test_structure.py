@@ -85,3 +85,19 @@ def test_every_package_install_in_the_makefile_is_pinned() -> None:
     for name in ("core", "vllm"):
         pins = (PACKAGE.parents[1] / "constraints" / f"{name}.txt").read_text().split()
         assert pins and all("==" in pin for pin in pins), name
+
+
+def test_the_license_file_is_the_apache_2_license_the_package_and_chart_declare() -> None:
+    root = PACKAGE.parents[1]
+    text = (root / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"] and "END OF TERMS AND CONDITIONS" in text
+    assert 'license = "Apache-2.0"' in (root / "pyproject.toml").read_text()
+    assert "artifacthub.io/license: Apache-2.0" in (root / "charts" / "specdeploy" / "Chart.yaml").read_text()
+    assert "## Unreleased" in (root / "CHANGELOG.md").read_text()
+
+
+def test_every_reason_is_reached_by_a_test() -> None:
+    """Each reason the operator writes is asserted somewhere in the suites, by name or value."""
+    tests = "\n".join(p.read_text() for p in (PACKAGE.parents[1] / "tests").rglob("test_*.py") if p.name != "test_structure.py")
+    unreached = [k for k, v in vars(Reason).items() if k.isupper() and f'"{v}"' not in tests and f"Reason.{k}" not in tests]
+    assert unreached == []

@@ -12,6 +12,7 @@ import pytest
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
+from specdeploy.vllm import SUPPORTED_VERSIONS
 from specdeploy.vllm.methods import built_draft_tp, method_named
 from tests.conftest import load_config
 
@@ -51,6 +52,10 @@ def judge(target: str, draft: str | None, method: str, *, tp: Any = "auto", draf
     return evaluate(spec, ModelInputs(load_config(target)), ModelInputs(load_config(draft)) if draft else None)
 
 
+# The oldest supported release still has medusa and mlp_speculator (later ones dropped them).
+MEDUSA_RELEASE = SUPPORTED_VERSIONS[0]
+
+
 def codes(evaluation: Evaluation) -> set[str]:
     return {f.code for f in evaluation.findings if f.severity.value == "error"}
 
@@ -71,6 +76,17 @@ def _divides_heads(config: dict[str, Any], tp: int) -> bool:
     return "kv_lora_rank" in text or (tp % kv == 0 if tp >= kv else kv % tp == 0)
 
 
+def _builds(config: dict[str, Any], tp: int) -> bool:
+    """An independent statement of what model classes split beyond the heads (meta-device builds,
+    vllm/tp_splits.py): gpt-oss gives each rank num_key_value_heads // tp KV heads with no
+    replication; MoonViT (Kimi-K3) splits its MLP when its heads divide TP."""
+    text, vision = config.get("text_config") or config, config.get("vision_config") or {}
+    if config.get("model_type") == "gpt_oss" and text["num_key_value_heads"] % tp:
+        return False
+    heads, mlp = vision.get("vt_num_attention_heads"), vision.get("vt_intermediate_size")
+    return not (heads and mlp and heads % tp == 0 and mlp % tp)
+
+
 @pytest.mark.parametrize("target, draft, method, k, tp, draft_tp", GRID)
 def test_grid_verdicts_follow_the_head_rules_both_ways(target, draft, method, k, tp, draft_tp) -> None:
     """Accepted exactly where the heads divide (a false rejection fails here as surely as a
@@ -78,7 +94,7 @@ def test_grid_verdicts_follow_the_head_rules_both_ways(target, draft, method, k,
     dtp = 1 if draft_tp == "one" else tp
     evaluation = judge(target, draft, method, tp=tp, draft_tp=dtp, k=k)
     draft_config = load_config(draft) if draft else None
-    expected = (target, draft) not in INVALID_PAIRS and _divides_heads(load_config(target), tp) and (
+    expected = (target, draft) not in INVALID_PAIRS and _divides_heads(load_config(target), tp) and _builds(load_config(target), tp) and (
         draft_config is None or _divides_heads(draft_config, built_draft_tp(method_named(method), tp, dtp)))
     assert evaluation.ok == expected, [f.message for f in evaluation.findings if f.severity.value == "error"]
     if evaluation.ok:
@@ -210,10 +226,12 @@ def test_speculative_config_passthrough_refuses_owned_and_unknown_keys() -> None
 
 
 def test_plan_speculative_config_is_what_vllm_gets() -> None:
+    from specdeploy.vllm import DEFAULT_VERSION
+
     evaluation = judge("moonshotai__Kimi-K3", "k3-dspark-block5", "dspark", tp=8, k=5)
     expected = {"method": "dspark", "model": "org/k3-dspark-block5", "num_speculative_tokens": 5, "draft_tensor_parallel_size": 8}
     assert evaluation.speculative_config == expected == evaluation.to_dict()["plan"]["speculativeConfig"]
-    assert evaluation.to_dict()["vllmVersion"] == evaluation.plan.vllm_version == "0.32.0"
+    assert evaluation.to_dict()["vllmVersion"] == evaluation.plan.vllm_version == DEFAULT_VERSION
 
 
 def test_speculators_eagle3_draft_is_valid_and_needs_k_set() -> None:
@@ -223,12 +241,14 @@ def test_speculators_eagle3_draft_is_valid_and_needs_k_set() -> None:
 
 def test_old_format_medusa_is_read_the_way_vllm_rewrites_it() -> None:
     """No model_type, no vocab_size, medusa_num_* keys: vLLM forces model_type medusa."""
-    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "medusa-old-format-vicuna", "medusa", tp=2, k=3)
+    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "medusa-old-format-vicuna", "medusa", tp=2, k=3,
+                       vllmVersion=MEDUSA_RELEASE)
     assert evaluation.ok and evaluation.plan.draft.attention_heads_per_gpu == 0
 
 
 def test_mlp_speculator_is_refused_for_its_architecture_not_a_missing_head_count() -> None:
-    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "mlp-speculator-llama3-8b", "mlp_speculator", tp=1, k=3)
+    evaluation = judge("meta-llama__Llama-3.1-8B-Instruct", "mlp-speculator-llama3-8b", "mlp_speculator", tp=1, k=3,
+                       vllmVersion=MEDUSA_RELEASE)
     assert codes(evaluation) == {"draft-architecture-unsupported"}
 
 

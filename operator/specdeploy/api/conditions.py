@@ -30,8 +30,8 @@ SPEC_CONDITIONS: Final[tuple[str, ...]] = (VALIDATED, PLANNED)
 
 
 class Reason:
-    """CamelCase reasons, grouped by the condition that first carries them (Ready, Reconciling
-    and Stalled repeat the reason of the condition that decides them)."""
+    """CamelCase reasons of conditions and Events, grouped by the condition that first carries
+    them (Ready, Reconciling and Stalled repeat the reason of the condition that decides them)."""
 
     # Validated
     VALID = "Valid"
@@ -78,8 +78,9 @@ class Reason:
     ACCEPTANCE_COLLAPSED = "AcceptanceCollapsed"
     NO_SPEEDUP = "NoSpeedup"
     EFFECTIVE = "Effective"
-    # Events only
-    PREFLIGHT_DISAGREES = "PreflightDisagrees"  # Warning: the fast rules and the image's vLLM differ
+    # Events only (no condition carries them)
+    SPECULATIVE_TOKENS_CHANGED = "SpeculativeTokensChanged"
+    PREFLIGHT_DISAGREES = "PreflightDisagrees"  # Warning: the fast rules accepted, the image's vLLM refused
 
 
 REASONS: Final[frozenset[str]] = frozenset(v for k, v in vars(Reason).items() if k.isupper())

@@ -27,6 +27,10 @@ SHORT_NAMES = ["sdep"]
 METHODS: tuple[str, ...] = accepted_names()
 Method = Literal[METHODS]  # type: ignore[valid-type]
 
+# Spec paths findings name (what a user edits).
+TP_FIELD = "spec.parallelism.tensorParallelSize"
+PP_FIELD = "spec.parallelism.pipelineParallelSize"
+DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
 MAX_NUM_SPECULATIVE_TOKENS = 64
 # Far above any checkpoint (the largest are a few TB) or GPU (B300: 288 GB), far below what
 # overflows the memory arithmetic (1e308 GiB in bytes is infinity).
@@ -145,7 +149,7 @@ class DraftSpec(SpecModel):
     config_map_ref: ConfigMapRef | None = Field(None, description="Read the draft's config.json from this ConfigMap.")
     weights_gi_b: float | None = Field(None, alias="weightsGiB", gt=0, le=MAX_WEIGHTS_GIB, description="Draft weight size in GiB, overriding the estimate.")
     num_speculative_tokens: IntOrAuto | None = Field(None, description="Tokens proposed per step (k), 1-64. Default: the draft config's block_size (dspark) or n_predict; required otherwise. auto: start from that default (or 3) and move to the k the goodput model recommends from the measured acceptance (status.speculation), at most once an hour, through a normal rollout.")
-    tensor_parallel_size: IntOrAuto = Field("auto", description="Draft tensor parallel size: auto, 1, or equal to the target's. auto picks the target's when the draft's heads divide it, else 1.")
+    tensor_parallel_size: IntOrAuto = Field("auto", description="Draft tensor parallel size: auto, 1, or equal to the target's. auto passes what vLLM defaults to (the target's; 1 for an MLPSpeculator). vLLM splits the draft's layers at the target's TP whatever this says, so the draft's heads must divide the target's TP.")
     speculative_config: dict[str, Any] = Field(default_factory=dict, description="Further vLLM SpeculativeConfig keys passed through (e.g. attention_backend, draft_sample_method). Keys the operator owns are refused.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
 
     @field_validator("tensor_parallel_size")

@@ -60,57 +60,78 @@ def _where(event: Any, source: str) -> str:
 
 def _check_events(text: str, source: str) -> None:
     """Bound depth and expanded size, refuse duplicate keys, before any object is built."""
-    stack: list[_Frame] = []
-    anchors: dict[str, int] = {}
-    document_nodes = 0
+    walk = _Walk(source)
+    for event in yaml.parse(text, Loader=_Loader):
+        walk.see(event)
 
-    def add(size: int, key: str | None, event: Any) -> None:
-        nonlocal document_nodes
-        if not stack:
+
+class _Walk:
+    """The parser's events, one at a time: the open collections, each anchor's expanded size,
+    and the values in the current document (aliases expanded)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.stack: list[_Frame] = []
+        self.anchors: dict[str, int] = {}
+        self.nodes = 0
+
+    def see(self, event: Any) -> None:
+        if isinstance(event, yaml.DocumentStartEvent):
+            self.anchors.clear()
+            self.nodes = 0
             return
-        parent = stack[-1]
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            self._open(event)
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            frame = self.stack.pop()
+            if frame.anchor:
+                self.anchors[frame.anchor] = frame.size
+            self._add(frame.size, None, event)
+        elif isinstance(event, yaml.ScalarEvent):
+            self._scalar(event)
+        elif isinstance(event, yaml.AliasEvent):
+            self._alias(event)
+        else:
+            return
+        if self.nodes > MAX_NODES:
+            why = "once aliases are expanded (an alias bomb?)" if self.anchors else "in one document (a SpeculativeDeployment has a few thousand)"
+            raise StreamError(f"{_where(event, self.source)}: more than {MAX_NODES} values {why}")
+
+    def _open(self, event: Any) -> None:
+        if len(self.stack) >= MAX_DEPTH:
+            raise StreamError(f"{_where(event, self.source)}: nested deeper than {MAX_DEPTH} levels")
+        self.stack.append(_Frame(event.anchor, isinstance(event, yaml.MappingStartEvent)))
+        self.nodes += 1
+
+    def _scalar(self, event: Any) -> None:
+        if event.implicit[0] and len(event.value) > MAX_NUMBER_CHARS and _NUMBER_RE.match(event.value):
+            raise StreamError(f"{_where(event, self.source)}: a number of {len(event.value)} characters; no field takes one "
+                              "that long (quote it if it is text)")
+        if event.anchor:
+            self.anchors[event.anchor] = 1
+        self.nodes += 1
+        self._add(1, event.value, event)
+
+    def _alias(self, event: Any) -> None:
+        if any(frame.anchor == event.anchor for frame in self.stack):
+            raise StreamError(f"{_where(event, self.source)}: alias *{event.anchor} refers to a node that contains it "
+                              "(a recursive structure, which JSON cannot hold)")
+        size = self.anchors.get(event.anchor, 1)
+        self.nodes += size
+        self._add(size, None, event)
+
+    def _add(self, size: int, key: str | None, event: Any) -> None:
+        """A finished value joins its parent: its size, and its key when it is one."""
+        if not self.stack:
+            return
+        parent = self.stack[-1]
         parent.size += size
         if parent.is_mapping:
             if parent.expect_key and key is not None:
                 if key in parent.keys:
-                    raise StreamError(f"{_where(event, source)}: duplicate key {key!r}")
+                    raise StreamError(f"{_where(event, self.source)}: duplicate key {key!r}")
                 parent.keys.add(key)
             parent.expect_key = not parent.expect_key
-
-    for event in yaml.parse(text, Loader=_Loader):
-        if isinstance(event, yaml.DocumentStartEvent):
-            anchors.clear()
-            document_nodes = 0
-        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            if len(stack) >= MAX_DEPTH:
-                raise StreamError(f"{_where(event, source)}: nested deeper than {MAX_DEPTH} levels")
-            stack.append(_Frame(event.anchor, isinstance(event, yaml.MappingStartEvent)))
-            document_nodes += 1
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            frame = stack.pop()
-            if frame.anchor:
-                anchors[frame.anchor] = frame.size
-            add(frame.size, None, event)
-        elif isinstance(event, yaml.ScalarEvent):
-            if event.implicit[0] and len(event.value) > MAX_NUMBER_CHARS and _NUMBER_RE.match(event.value):
-                raise StreamError(f"{_where(event, source)}: a number of {len(event.value)} characters; no field takes one "
-                                  "that long (quote it if it is text)")
-            if event.anchor:
-                anchors[event.anchor] = 1
-            document_nodes += 1
-            add(1, event.value, event)
-        elif isinstance(event, yaml.AliasEvent):
-            if any(frame.anchor == event.anchor for frame in stack):
-                raise StreamError(f"{_where(event, source)}: alias *{event.anchor} refers to a node that contains it "
-                                  "(a recursive structure, which JSON cannot hold)")
-            size = anchors.get(event.anchor, 1)
-            document_nodes += size
-            add(size, None, event)
-        else:
-            continue
-        if document_nodes > MAX_NODES:
-            why = "once aliases are expanded (an alias bomb?)" if anchors else "in one document (a SpeculativeDeployment has a few thousand)"
-            raise StreamError(f"{_where(event, source)}: more than {MAX_NODES} values {why}")
 
 
 def _json_safe(value: Any, path: str, source: str) -> None:

@@ -24,7 +24,7 @@ import kopf
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
+from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
 from specdeploy.controller import LOG_FORMATS, env, leader, telemetry, webhook
 from specdeploy.controller.attempt import reconcile_once, utc_now as _now
 from specdeploy.controller.diffbase import DigestDiffBaseStorage

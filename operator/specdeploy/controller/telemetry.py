@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable, Mapping
 import kopf
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
-from specdeploy.api.conditions import SPECULATION_EFFECTIVE, Verdict
+from specdeploy.api.conditions import SPECULATION_EFFECTIVE, Reason, Verdict
 from specdeploy.controller.attempt import Events, reconcile_once
 from specdeploy.controller.conditions import condition_entry
 from specdeploy.controller.env import Number
@@ -323,7 +323,7 @@ class Telemetry:
             body_patch["metadata"] = {"resourceVersion": live["metadata"].get("resourceVersion")}
         await self.kube.merge_patch(KIND, meta["namespace"], meta["name"], body_patch, subresource="status")
         if change is not None:
-            await self._event(body, "Normal", "SpeculativeTokensChanged", change.reason, now)
+            await self._event(body, "Normal", Reason.SPECULATIVE_TOKENS_CHANGED, change.reason, now)
         before = next((c for c in old_conditions if c.get("type") == CONDITION), {})
         if before.get("status") != analysis.verdict.status and analysis.verdict.status != "Unknown":
             await self._event(body, "Warning" if analysis.verdict.status == "False" else "Normal", analysis.verdict.reason,

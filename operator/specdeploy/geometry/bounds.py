@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 from specdeploy.geometry.context_length import LENGTH_KEYS
 from specdeploy.findings import Finding, Stage, error, json_type
@@ -188,72 +188,120 @@ def _check(key: str, value: Any, where: str, parent: str | None) -> str | None:
         return _check_rope(key, value, where)
     if value is None:
         return None
-    if key in _INTS:
-        low, high = _INTS[key]
-        # Lists only where the geometry reads a list (per-layer expert counts).
-        is_list = isinstance(value, list) and key in _INT_OR_LIST
-        if is_list and len(value) > _LAYERS:
-            return f"{where} lists {len(value)} values; a model has at most {_LAYERS} layers"
-        for item in value if is_list else [value]:
-            if not _is_int(item):
-                return f"{where} must be an integer (got {json_type(item)} {shown_value(item)})"
-            if not low <= item <= high:
-                return f"{where} is {shown_value(item)}; a model config has {low}..{high}"
-        return None
-    if key in _INT_LISTS:
-        low, high, longest = _INT_LISTS[key]
-        if not isinstance(value, list) or len(value) > longest:
-            return f"{where} must be a list of at most {longest} integers (got {json_type(value)} {shown_value(value)})"
-        bad = next((item for item in value if not _is_int(item) or not low <= item <= high), _NONE)
-        if bad is not _NONE:
-            return f"{where} holds {json_type(bad)} {shown_value(bad)}; each item is an integer in {low}..{high}"
-        return None
-    if key in _STRING_LISTS:
-        longest = _STRING_LISTS[key]
-        if not isinstance(value, list) or len(value) > longest or not all(isinstance(i, str) and len(i) <= 64 for i in value):
-            return f"{where} must be a list of at most {longest} layer type names, e.g. [\"full_attention\", \"sliding_attention\"]"
-        return None
-    if key in _PATTERNS:
-        if not isinstance(value, str) or len(value) > _LAYERS:
-            return f"{where} must be a string of at most {_LAYERS} letters, one per layer (got {json_type(value)} {shown_value(value)})"
-        return None
-    if key == "sliding_window":  # some configs say `false` for "none"
-        if not (isinstance(value, bool) or _is_int(value) and 0 <= value <= _POSITIONS):
-            return f"{where} is {shown_value(value)}; a sliding window is a token count in 0..{_POSITIONS} (or null)"
-        return None
-    if key == "use_sliding_window" and not isinstance(value, bool):
-        return f"{where} must be true or false (got {json_type(value)} {shown_value(value)})"
-    if key == "compress_rates":  # DeepSeek-V4 in transformers' form: layer type -> compression ratio
-        if not isinstance(value, dict) or len(value) > 64 or not all(_is_int(v) and 0 <= v <= 1 << 20 for v in value.values()):
-            return f"{where} must map layer type names to integer compression ratios (got {json_type(value)} {shown_value(value)})"
-        return None
-    if key == "group_size":
-        if not _is_int(value) or not (value == -1 or 1 <= value <= _WIDTH):
-            return f"{where} is {shown_value(value)}; a quantization group size is a positive integer, or -1 for per-channel"
-        return None
-    if key in _EXPAND_KEYS:
-        if not _is_number(value) or not 0 <= value <= _MAX_EXPAND:
-            return f"{where} is {shown_value(value)}; a Mamba expand factor is a finite number in 0..{_MAX_EXPAND}"
-        return None
-    if key == "mamba_ssm_cache_dtype":
-        if value not in _MAMBA_DTYPES:
-            return f"{where} is {shown_value(value)}; vLLM's Mamba state dtypes are {', '.join(_MAMBA_DTYPES)}"
-        return None
-    if key in _NUMBERS:
-        if not _is_number(value) or value > _NUMBERS[key]:
-            return f"{where} is {shown_value(value)}; a context length is a finite number up to {int(_NUMBERS[key])}"
-        return None
+    if key in _VALUE_CHECKS:
+        return _VALUE_CHECKS[key](key, value, where)
     if parent in _ROPE_PARENTS:
         return _check_rope(key, value, where)
-    if key == "architectures":
-        if not isinstance(value, list) or len(value) > _MAX_ARCHITECTURES or not all(isinstance(a, str) and 0 < len(a) <= 256 for a in value):
-            return f"{where} must be a list of architecture names (strings), e.g. [\"LlamaForCausalLM\"]"
-        return None
-    if key in _STRINGS and (not isinstance(value, str) or len(value) > 256):
-        return f"{where} must be a string of at most 256 characters (got {json_type(value)} {shown_value(value)})"
-    if key in _DICTS and not isinstance(value, dict):
-        return f"{where} must be an object (got {json_type(value)})"
+    return _NAME_CHECKS[key](key, value, where) if key in _NAME_CHECKS else None
+
+
+def _check_int(key: str, value: Any, where: str) -> str | None:
+    low, high = _INTS[key]
+    # Lists only where the geometry reads a list (per-layer expert counts).
+    is_list = isinstance(value, list) and key in _INT_OR_LIST
+    if is_list and len(value) > _LAYERS:
+        return f"{where} lists {len(value)} values; a model has at most {_LAYERS} layers"
+    for item in value if is_list else [value]:
+        if not _is_int(item):
+            return f"{where} must be an integer (got {json_type(item)} {shown_value(item)})"
+        if not low <= item <= high:
+            return f"{where} is {shown_value(item)}; a model config has {low}..{high}"
     return None
+
+
+def _check_int_list(key: str, value: Any, where: str) -> str | None:
+    low, high, longest = _INT_LISTS[key]
+    if not isinstance(value, list) or len(value) > longest:
+        return f"{where} must be a list of at most {longest} integers (got {json_type(value)} {shown_value(value)})"
+    bad = next((item for item in value if not _is_int(item) or not low <= item <= high), _NONE)
+    if bad is not _NONE:
+        return f"{where} holds {json_type(bad)} {shown_value(bad)}; each item is an integer in {low}..{high}"
+    return None
+
+
+def _check_string_list(key: str, value: Any, where: str) -> str | None:
+    longest = _STRING_LISTS[key]
+    if not isinstance(value, list) or len(value) > longest or not all(isinstance(i, str) and len(i) <= 64 for i in value):
+        return f"{where} must be a list of at most {longest} layer type names, e.g. [\"full_attention\", \"sliding_attention\"]"
+    return None
+
+
+def _check_pattern(key: str, value: Any, where: str) -> str | None:
+    if not isinstance(value, str) or len(value) > _LAYERS:
+        return f"{where} must be a string of at most {_LAYERS} letters, one per layer (got {json_type(value)} {shown_value(value)})"
+    return None
+
+
+def _check_sliding_window(key: str, value: Any, where: str) -> str | None:
+    if not (isinstance(value, bool) or _is_int(value) and 0 <= value <= _POSITIONS):  # some configs say `false` for "none"
+        return f"{where} is {shown_value(value)}; a sliding window is a token count in 0..{_POSITIONS} (or null)"
+    return None
+
+
+def _check_bool(key: str, value: Any, where: str) -> str | None:
+    return None if isinstance(value, bool) else f"{where} must be true or false (got {json_type(value)} {shown_value(value)})"
+
+
+def _check_compress_rates(key: str, value: Any, where: str) -> str | None:
+    """DeepSeek-V4 in transformers' form: layer type -> compression ratio."""
+    if not isinstance(value, dict) or len(value) > 64 or not all(_is_int(v) and 0 <= v <= 1 << 20 for v in value.values()):
+        return f"{where} must map layer type names to integer compression ratios (got {json_type(value)} {shown_value(value)})"
+    return None
+
+
+def _check_group_size(key: str, value: Any, where: str) -> str | None:
+    if not _is_int(value) or not (value == -1 or 1 <= value <= _WIDTH):
+        return f"{where} is {shown_value(value)}; a quantization group size is a positive integer, or -1 for per-channel"
+    return None
+
+
+def _check_expand(key: str, value: Any, where: str) -> str | None:
+    if not _is_number(value) or not 0 <= value <= _MAX_EXPAND:
+        return f"{where} is {shown_value(value)}; a Mamba expand factor is a finite number in 0..{_MAX_EXPAND}"
+    return None
+
+
+def _check_mamba_dtype(key: str, value: Any, where: str) -> str | None:
+    if value not in _MAMBA_DTYPES:
+        return f"{where} is {shown_value(value)}; vLLM's Mamba state dtypes are {', '.join(_MAMBA_DTYPES)}"
+    return None
+
+
+def _check_length(key: str, value: Any, where: str) -> str | None:
+    if not _is_number(value) or value > _NUMBERS[key]:
+        return f"{where} is {shown_value(value)}; a context length is a finite number up to {int(_NUMBERS[key])}"
+    return None
+
+
+def _check_architectures(key: str, value: Any, where: str) -> str | None:
+    if not isinstance(value, list) or len(value) > _MAX_ARCHITECTURES or not all(isinstance(a, str) and 0 < len(a) <= 256 for a in value):
+        return f"{where} must be a list of architecture names (strings), e.g. [\"LlamaForCausalLM\"]"
+    return None
+
+
+def _check_string(key: str, value: Any, where: str) -> str | None:
+    if not isinstance(value, str) or len(value) > 256:
+        return f"{where} must be a string of at most 256 characters (got {json_type(value)} {shown_value(value)})"
+    return None
+
+
+def _check_dict(key: str, value: Any, where: str) -> str | None:
+    return None if isinstance(value, dict) else f"{where} must be an object (got {json_type(value)})"
+
+
+_Check = Callable[[str, Any, str], "str | None"]
+# The check for each bounded key (the key sets above do not overlap). Inside RoPE parameters, a
+# key not listed here is a RoPE parameter (_check_rope), whatever its name elsewhere.
+_VALUE_CHECKS: dict[str, _Check] = {
+    **{k: _check_int for k in _INTS}, **{k: _check_int_list for k in _INT_LISTS},
+    **{k: _check_string_list for k in _STRING_LISTS}, **{k: _check_pattern for k in _PATTERNS},
+    "sliding_window": _check_sliding_window, "use_sliding_window": _check_bool, "compress_rates": _check_compress_rates,
+    "group_size": _check_group_size, **{k: _check_expand for k in _EXPAND_KEYS}, "mamba_ssm_cache_dtype": _check_mamba_dtype,
+    **{k: _check_length for k in _NUMBERS},
+}
+_NAME_CHECKS: dict[str, _Check] = {
+    "architectures": _check_architectures, **{k: _check_string for k in _STRINGS}, **{k: _check_dict for k in _DICTS},
+}
 
 
 def _check_rope(key: str, value: Any, where: str) -> str | None:

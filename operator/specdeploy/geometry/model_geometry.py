@@ -98,6 +98,8 @@ class Geometry:
     tie_word_embeddings: bool = False
     # The LLM config as vLLM reads it, for the per-layer cache rules (planning/kv_cache.py).
     text_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The vision tower's config, for the sizes its layers split over TP (validation/load.py).
+    vision_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_moe(self) -> bool:
@@ -339,5 +341,12 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         linear_attn_head_dim=int(linear.get("head_dim", 0)) if isinstance(linear, dict) else 0,
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
         text_config=text.to_dict() if isinstance(text, PretrainedConfig) else dict(text),
+        vision_config=_as_dict(_get(config, "vision_config")),
     )
     return geometry, []
+
+
+def _as_dict(section: Any) -> dict[str, Any]:
+    if isinstance(section, PretrainedConfig):
+        return section.to_dict()
+    return dict(section) if isinstance(section, dict) else {}

@@ -18,7 +18,6 @@ class ModelInputs:
 
     config: dict[str, Any]
     weight_bytes: int | None = None
-    origin: str = "inline"  # where the config came from, for messages
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
-from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.api.spec import PP_FIELD, SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Severity, Stage, error, has_errors, info
 from specdeploy.geometry import Geometry, ModelInputs, Models
 from specdeploy.planning.gpus import GpuProduct, UnknownGpuError, lookup_gpu, resource_name
@@ -22,11 +23,13 @@ from specdeploy.planning.memory import (
     state_bytes_per_sequence,
 )
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
-from specdeploy.validation.load import check_load_layout
-from specdeploy.validation.rules import PP_FIELD, check_layout
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import built_draft_tp
 
+# vLLM's rules for one (tp, draft_tp, pp) layout, findings out. The pipeline hands in
+# validation's (check_layout + check_load_layout): planning sits below validation in the flow
+# and searches layouts without knowing the rules it asks.
+LayoutRules = Callable[[int, "int | None", int], list[Finding]]
 MAX_NODES_PER_REPLICA = 16
 MAX_PIPELINE_PARALLEL = 16
 
@@ -188,12 +191,12 @@ class _Layout:
 
 
 def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: int, gpu_gib: float | None,
-                max_model_len: int, facts: VllmFacts, k: int = 0) -> tuple[Candidate, _Layout | None, list[Finding]]:
+                max_model_len: int, rules: LayoutRules, k: int = 0) -> tuple[Candidate, _Layout | None, list[Finding]]:
     """Judge one (tp, pp): the candidate record, the layout if it is usable, and the
     findings that rule it out (reported when no candidate is left)."""
     per_node = spec.resources.gpu.per_node
     draft_tp = _draft_tp(spec, models.draft, tp)
-    findings = check_layout(spec, models.models, tp, draft_tp, pp, facts) + check_load_layout(spec, models.draft, tp, draft_tp)
+    findings = rules(tp, draft_tp, pp)
     split = _nodes(tp, pp, per_node)
     if split is None:
         findings.append(error("layout-node-split", "spec.resources.gpu.perNode",
@@ -224,20 +227,20 @@ def _decisions(spec: SpeculativeDeploymentSpec, models: _Sized, layout: _Layout)
     return tuple(decisions)
 
 
-def layout_findings(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
+def layout_findings(spec: SpeculativeDeploymentSpec, models: Models, rules: LayoutRules) -> list[Finding]:
     """vLLM's layout rules alone (no memory, no plan), for a pair that already failed: so that a
     user sees every reason at once, e.g. a draft vocab mismatch and a TP the heads refuse."""
     sized = _Sized(models, 0, 0, "")
     blocking: list[Finding] = []
     for tp, pp in _candidate_layouts(spec, models.target):
-        _, layout, blocking = _try_layout(spec, sized, tp, pp, None, 0, facts)
+        _, layout, blocking = _try_layout(spec, sized, tp, pp, None, 0, rules)
         if layout is not None:
             return list(layout.findings)
     return [f for f in blocking if f.stage in (Stage.PAIR, Stage.LOAD)]
 
 
 def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_in: ModelInputs,
-                draft_in: ModelInputs | None, facts: VllmFacts) -> tuple[Plan | None, list[Finding]]:
+                draft_in: ModelInputs | None, facts: VllmFacts, rules: LayoutRules) -> tuple[Plan | None, list[Finding]]:
     """Try layouts in preference order and keep the first that is valid and fits; the plan lists
     every candidate and why it lost. Findings of vLLM's layout rules keep stage `pair` (an
     explicit TP vLLM refuses is a validation error); the search's own are stage `plan`."""
@@ -253,7 +256,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
     chosen: _Layout | None = None
     blocking: list[Finding] = []
     for tp, pp in _candidate_layouts(spec, target):
-        candidate, layout, blocking = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, facts, k)
+        candidate, layout, blocking = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, rules, k)
         candidates.append(candidate)
         if layout is not None:
             chosen = layout

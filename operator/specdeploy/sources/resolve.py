@@ -33,11 +33,11 @@ def load_model_ref(ref: str, *, revision: str | None = None, token: str | None =
     path = Path(ref)
     if path_exists(path):
         config, weights = read_local(path, field)
-        return ModelInputs(config=config, weight_bytes=weights, origin=str(path))
+        return ModelInputs(config=config, weight_bytes=weights)
     if ref.endswith(".json") or ref.startswith((".", "/")):
         raise SourceInvalid(field, f"{ref} does not exist")
     config, weights = read_hub(ref, revision, token, field, local_only=local_only)
-    return ModelInputs(config=config, weight_bytes=weights, origin=f"hub:{ref}")
+    return ModelInputs(config=config, weight_bytes=weights)
 
 
 def path_exists(path: Path) -> bool:
@@ -57,7 +57,7 @@ def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str 
     for the pod, which mounts it."""
     if source.config is not None:
         config = check_config_shape(source.config, f"{field}.config", "the inline config")
-        return ModelInputs(config=json.loads(json.dumps(config)), origin="inline")
+        return ModelInputs(config=json.loads(json.dumps(config)))
     if source.config_map_ref is not None:
         ref = source.config_map_ref
         if configmap_reader is None:
@@ -66,7 +66,7 @@ def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str 
             text = configmap_reader(ref.name, ref.key)
         except SourceError as exc:  # readers know the ConfigMap, not which spec field asked
             raise type(exc)(f"{field}.configMapRef", exc.message) from exc
-        return ModelInputs(config=parse_config_text(text, f"{field}.configMapRef", f"ConfigMap {ref.name} key {ref.key}"), origin=f"configmap:{ref.name}")
+        return ModelInputs(config=parse_config_text(text, f"{field}.configMapRef", f"ConfigMap {ref.name} key {ref.key}"))
     if not source.model:
         raise SourceInvalid(f"{field}.model", "no model, config or configMapRef to read config.json from")
     if not local_files:
@@ -74,7 +74,7 @@ def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str 
             raise SourceInvalid(f"{field}.model", f"{source.model!r} is a path: the operator reads no local files; "
                                 "give the config inline (config) or in a ConfigMap (configMapRef)")
         config, weights = read_hub(source.model, source.revision, hf_token, f"{field}.model", direct=True)
-        return ModelInputs(config=config, weight_bytes=weights, origin=f"hub:{source.model}")
+        return ModelInputs(config=config, weight_bytes=weights)
     return load_model_ref(source.model, revision=source.revision, token=hf_token, field=f"{field}.model", local_only=local_only)
 
 

@@ -47,57 +47,67 @@ def _lookup(key: str, facts: VllmFacts) -> tuple[ServerFlag | None, str | None]:
 
 def check_extra_args(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> list[Finding]:
     """One finding per argument vLLM's CLI would refuse or that overrides the plan."""
-    args, findings = spec.vllm.extra_args, []
-    i = 0
+    args, findings, i = spec.vllm.extra_args, [], 0
     while i < len(args):
-        arg, field = args[i], _field(i)
-        i += 1
-        if not arg.startswith("-") or _NUMBER.match(arg) or arg == "-":
-            findings.append(error("extra-arg-unexpected-value", field,
-                                  f"{arg!r} is not a flag and follows no flag that takes a value; vLLM's only positional argument is the model, which the operator sets. Each extra arg is one element: a flag, or the value right after it"))
-            continue
-        key, inline = (arg.split("=", 1) + [None])[:2] if "=" in arg else (arg, None)
-        if re.match(r"^-O\d?$", key) and key != "-O":
-            continue  # -O3: the optimization level, value attached
-        dotted = "." in key
-        base = key.split(".", 1)[0] if dotted else key
-        flag, problem = _lookup(base, facts)
-        if flag is None:
-            findings.append(error("extra-arg-unknown-flag", field, f"{arg!r}: {base} {problem}"))
-            continue
-        if flag.name in OWNED_FLAGS:
-            findings.append(error("extra-arg-owned-by-plan", field,
-                                  f"{arg!r} sets {flag.name}, which the operator derives from the spec and the plan; set the matching spec field instead (e.g. parallelism, serving, draft)"))
-        takes = flag.nargs
-        if dotted:
-            takes = 1  # `--x.key v`: one JSON value for that key
-            if flag.nargs == 0:
-                findings.append(error("extra-arg-unexpected-value", field, f"{arg!r}: {flag.name} is a boolean flag and has no keys"))
-                continue
-        if takes == 0:
-            if inline is not None:
-                findings.append(error("extra-arg-unexpected-value", field, f"{arg!r}: {flag.name} is a boolean flag and takes no value"))
-            elif i < len(args) and not args[i].startswith("-"):
-                findings.append(error("extra-arg-unexpected-value", _field(i),
-                                      f"{args[i]!r} follows the boolean flag {flag.name}, which takes no value (use its --no-/--disable- form to turn it off)"))
-                i += 1
-            continue
-        values: list[str] = []
-        if inline is not None:
-            values = [inline]
-        else:
-            while i < len(args) and (not args[i].startswith("-") or _NUMBER.match(args[i])):
-                values.append(args[i])
-                i += 1
-                if takes in (1, "?"):
-                    break
-        if takes in (1, "+") and not values:
-            findings.append(error("extra-arg-missing-value", field,
-                                  f"{arg!r}: {flag.name} needs a value, as the next element (or {flag.name}=VALUE)"))
-            continue
-        if flag.choices and not dotted:
-            for value in values:
-                if value not in flag.choices:
-                    findings.append(error("extra-arg-invalid-choice", field,
-                                          f"{arg!r}: {value!r} is not one of {flag.name}'s choices in vLLM {facts.version}: {', '.join(flag.choices)}"))
+        i, found = _check_flag(args, i, facts)
+        findings += found
     return at_stage(findings, Stage.SPEC)
+
+
+def _check_flag(args: list[str], i: int, facts: VllmFacts) -> tuple[int, list[Finding]]:
+    """The flag at args[i] with the values it takes: where the next flag starts, and what is wrong."""
+    arg, field = args[i], _field(i)
+    i += 1
+    if not arg.startswith("-") or _NUMBER.match(arg) or arg == "-":
+        return i, [error("extra-arg-unexpected-value", field,
+                         f"{arg!r} is not a flag and follows no flag that takes a value; vLLM's only positional argument is the model, which the operator sets. Each extra arg is one element: a flag, or the value right after it")]
+    key, inline = (arg.split("=", 1) + [None])[:2] if "=" in arg else (arg, None)
+    if re.match(r"^-O\d?$", key) and key != "-O":
+        return i, []  # -O3: the optimization level, value attached
+    dotted = "." in key
+    base = key.split(".", 1)[0] if dotted else key
+    flag, problem = _lookup(base, facts)
+    if flag is None:
+        return i, [error("extra-arg-unknown-flag", field, f"{arg!r}: {base} {problem}")]
+    findings = []
+    if flag.name in OWNED_FLAGS:
+        findings.append(error("extra-arg-owned-by-plan", field,
+                              f"{arg!r} sets {flag.name}, which the operator derives from the spec and the plan; set the matching spec field instead (e.g. parallelism, serving, draft)"))
+    if dotted and flag.nargs == 0:
+        return i, findings + [error("extra-arg-unexpected-value", field, f"{arg!r}: {flag.name} is a boolean flag and has no keys")]
+    takes = 1 if dotted else flag.nargs  # `--x.key v`: one JSON value for that key
+    if takes == 0:
+        return _boolean_flag(args, i, arg, inline, flag, findings)
+    values, i = _values(args, i, inline, takes)
+    if takes in (1, "+") and not values:
+        return i, findings + [error("extra-arg-missing-value", field,
+                                    f"{arg!r}: {flag.name} needs a value, as the next element (or {flag.name}=VALUE)")]
+    if flag.choices and not dotted:
+        findings += [error("extra-arg-invalid-choice", field,
+                           f"{arg!r}: {value!r} is not one of {flag.name}'s choices in vLLM {facts.version}: {', '.join(flag.choices)}")
+                     for value in values if value not in flag.choices]
+    return i, findings
+
+
+def _boolean_flag(args: list[str], i: int, arg: str, inline: str | None, flag: ServerFlag,
+                  findings: list[Finding]) -> tuple[int, list[Finding]]:
+    """A flag that takes no value: `--flag=x` and `--flag x` are refused (x is consumed)."""
+    if inline is not None:
+        return i, findings + [error("extra-arg-unexpected-value", _field(i - 1), f"{arg!r}: {flag.name} is a boolean flag and takes no value")]
+    if i < len(args) and not args[i].startswith("-"):
+        return i + 1, findings + [error("extra-arg-unexpected-value", _field(i),
+                                        f"{args[i]!r} follows the boolean flag {flag.name}, which takes no value (use its --no-/--disable- form to turn it off)")]
+    return i, findings
+
+
+def _values(args: list[str], i: int, inline: str | None, takes: int | str) -> tuple[list[str], int]:
+    """The values a flag takes, from `--flag=v` or the elements after it; where the next flag starts."""
+    if inline is not None:
+        return [inline], i
+    values: list[str] = []
+    while i < len(args) and (not args[i].startswith("-") or _NUMBER.match(args[i])):
+        values.append(args[i])
+        i += 1
+        if takes in (1, "?"):
+            break
+    return values, i

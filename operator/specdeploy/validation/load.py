@@ -1,16 +1,19 @@
 """The load stage: what vLLM fails on while it builds the models, after its config
 check has accepted them. Each rule was found by building the model on the meta device
-(tests/parity/memory_judge.py) and is cited to the vLLM file that fails."""
+(tests/parity/memory_judge.py) and is cited to the vLLM file that fails: DSpark heads' config
+fields (load_dspark_model's classes), the draft's heads at the target's TP (every parallel layer
+reads the global TP group), and the sizes a model class divides by TP (vllm/tp_splits.py)."""
 
 from __future__ import annotations
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry, Models
 from specdeploy.findings import Finding, Stage, error, warning
-from specdeploy.validation.rules import DRAFT_TP_FIELD, check_model_tp
+from specdeploy.validation.rules import DRAFT_TP_FIELD, TP_FIELD, check_model_tp
 from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIELDS, MARKOV_RANK_DSPARK_ARCHITECTURES,
                                     draft_architectures)
 from specdeploy.vllm.methods import built_draft_tp
+from specdeploy.vllm.tp_splits import tp_split_failures
 
 LOAD = Stage.LOAD
 
@@ -82,21 +85,36 @@ _DRAFT_BUILD = ("vLLM builds the draft's layers with the target's tensor-paralle
                 "the draft's TP, but every parallel layer reads get_tensor_model_parallel_world_size())")
 
 
-def check_load_layout(spec: SpeculativeDeploymentSpec, draft: Geometry | None, tp: int,
+def _split_failures(model: Geometry, architectures: list[str], tp: int, who: str, field: str) -> list[Finding]:
+    """Sizes the model's class divides by TP that this TP does not divide (vllm/tp_splits.py)."""
+    reasons = tp_split_failures(tuple(architectures), model.text_config, {"vision_config": model.vision_config}, tp)
+    return [error(f"{who}-load-fails", field,
+                  f"vLLM accepts TP {tp} for the {who} but cannot build it: {reason}; the pod would fail at model "
+                  f"load. Choose a tensor parallel size that divides it", LOAD) for reason in reasons]
+
+
+def check_load_layout(spec: SpeculativeDeploymentSpec, models: Models, tp: int,
                       draft_tp: int | None) -> list[Finding]:
-    """A draft built at the target's TP must split at that TP (QKVParallelLinear, and the
-    attention classes' `assert total_num_heads % tp_size == 0`)."""
-    built = built_draft_tp(spec.draft.speculative_method, tp, draft_tp)
-    if draft is None or built is None or draft_tp is None or built == draft_tp:
-        return []
+    """What fails while vLLM builds this layout: the sizes the target's and the draft's classes
+    split over TP, and a draft built at the target's TP whose heads do not split there."""
+    target, draft = models.target, models.draft
+    findings = _split_failures(target, list(target.architectures), tp, "target", TP_FIELD)
+    method = spec.draft.speculative_method
+    built = built_draft_tp(method, tp, draft_tp)
+    if draft is None or draft is target or built is None or draft_tp is None:
+        return findings
+    archs = draft_architectures(method.name, draft.model_type, draft.architectures)
+    findings += _split_failures(draft, archs, built, "draft", DRAFT_TP_FIELD)
+    if built == draft_tp:
+        return findings
     refusals = check_model_tp(draft, built, "draft", DRAFT_TP_FIELD)
     if not refusals:
         if spec.draft.tensor_parallel_size == "auto":
-            return []
-        return [warning("draft-tp-not-honoured", DRAFT_TP_FIELD,
-                        f"{_DRAFT_BUILD}: draft tensor parallel size {draft_tp} is accepted but the draft runs at TP {built}", LOAD)]
+            return findings
+        return findings + [warning("draft-tp-not-honoured", DRAFT_TP_FIELD,
+                                   f"{_DRAFT_BUILD}: draft tensor parallel size {draft_tp} is accepted but the draft runs at TP {built}", LOAD)]
     heads, kv = draft.num_attention_heads, draft.num_kv_heads
-    return [error("draft-load-fails", DRAFT_TP_FIELD,
-                  f"{_DRAFT_BUILD}, not at draft tensor parallel size {draft_tp}: the draft's {heads} attention heads "
-                  f"({kv} KV) do not split over TP {built}, so the pod would fail at model load in the draft's attention "
-                  f"layer; choose a tensor parallel size that divides the draft's heads", LOAD)]
+    return findings + [error("draft-load-fails", DRAFT_TP_FIELD,
+                             f"{_DRAFT_BUILD}, not at draft tensor parallel size {draft_tp}: the draft's {heads} attention heads "
+                             f"({kv} KV) do not split over TP {built}, so the pod would fail at model load in the draft's attention "
+                             f"layer; choose a tensor parallel size that divides the draft's heads", LOAD)]

@@ -6,7 +6,7 @@ Two kinds: `check_pair` (independent of the parallel layout) and `check_layout`
 
 from __future__ import annotations
 
-from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.api.spec import DRAFT_TP_FIELD, PP_FIELD, TP_FIELD, SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, error, info, warning
 from specdeploy.geometry import Geometry, Models
 from specdeploy.validation.speculative_config import FIELD as PASSTHROUGH_FIELD
@@ -18,9 +18,6 @@ from specdeploy.vllm.drafts import (
     draft_architectures,
 )
 
-TP_FIELD = "spec.parallelism.tensorParallelSize"
-PP_FIELD = "spec.parallelism.pipelineParallelSize"
-DRAFT_TP_FIELD = "spec.draft.tensorParallelSize"
 
 def divisors_note(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
@@ -74,11 +71,11 @@ def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draf
     return findings
 
 
-def _check_vocab(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None) -> list[Finding]:
+def _check_vocab(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None, facts: VllmFacts) -> list[Finding]:
     # vllm/config/speculative.py verify_equal_vocab_size_if_draft_model
     if not spec.draft.speculative_method.needs_equal_vocab or draft is None:
         return []
-    if spec.draft.speculative_config.get("use_heterogeneous_vocab"):
+    if spec.draft.speculative_config.get("use_heterogeneous_vocab") and "use_heterogeneous_vocab" in facts.speculative_fields:
         return [info("heterogeneous-vocab", "spec.draft.speculativeConfig.use_heterogeneous_vocab",
                      "different vocabularies allowed by use_heterogeneous_vocab (greedy draft sampling only)")]
     if target.vocab_size != draft.vocab_size:
@@ -114,6 +111,20 @@ def _check_draft_max_model_len(spec: SpeculativeDeploymentSpec, target: Geometry
     return []
 
 
+def _check_declared_speculator(spec: SpeculativeDeploymentSpec, draft: Geometry | None, facts: VllmFacts) -> list[Finding]:
+    # v1/worker/gpu/spec_decode/speculator_config.py _resolve_checkpoint_config_class (releases that have it):
+    # an explicit method must be the base method of the speculator the draft declares.
+    if draft is None or not facts.logic.method_checked_against_checkpoint:
+        return []
+    declared = facts.declared_speculator(draft.architectures)
+    method = spec.draft.speculative_method.name
+    if declared is None or declared["base_method"] == method:
+        return []
+    return [error("method-checkpoint-mismatch", "spec.draft.method",
+                  f"vLLM {facts.version} checks the method against the draft checkpoint: {list(draft.architectures)} is a "
+                  f"{declared['base_method']!r} checkpoint, not {method!r}; use method {declared['base_method']} or a {method} draft")]
+
+
 def check_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
     """Rules that hold for every parallel layout and every k."""
     target, draft = models.target, models.draft
@@ -121,11 +132,13 @@ def check_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts
     if findings:
         return findings  # every other rule is the method's; vLLM stops at the method too
     findings += _check_architectures(spec, target, draft, facts)
-    findings += _check_vocab(spec, target, draft)
+    findings += _check_vocab(spec, target, draft, facts)
     findings += _check_max_model_len(spec, target)
     findings += _check_draft_max_model_len(spec, target, draft)
+    if not models.draft_is_target:
+        findings += _check_declared_speculator(spec, draft, facts)
     package = spec.draft.speculative_method.needs_package
-    if package:
+    if package and facts.logic.method_packages_required:
         findings.append(warning("suffix-needs-arctic-inference", "spec.draft.method",
                                 f"method {spec.draft.speculative_method.name} needs the {package} package in the vLLM image"))
     return findings

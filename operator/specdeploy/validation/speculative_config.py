@@ -16,7 +16,7 @@ from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, error
 from specdeploy.geometry import Models
 from specdeploy.vllm import VllmFacts
-from specdeploy.vllm.methods import METHODS, Method
+from specdeploy.vllm.methods import METHODS, Method, method_named
 
 FIELD = "spec.draft.speculativeConfig"
 
@@ -51,12 +51,15 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
                           facts: VllmFacts) -> list[Finding]:
     method, config = spec.draft.speculative_method, spec.draft.speculative_config
     logic = facts.logic
-    findings = _exclusive_option_findings(method, config, facts)
+    if logic.options_checked_per_speculator:
+        findings = _speculator_option_findings(method.name, config, models, facts)
+    else:
+        findings = _exclusive_option_findings(method, config, facts)
 
     def refuse(code: str, key: str, message: str) -> None:
         findings.append(error(code, f"{FIELD}.{key}", message))
 
-    if config.get("use_heterogeneous_vocab"):
+    if config.get("use_heterogeneous_vocab") and "use_heterogeneous_vocab" in facts.speculative_fields:
         if config.get("draft_sample_method", "greedy") != "greedy":
             refuse("speculative-config-combination", "use_heterogeneous_vocab", "use_heterogeneous_vocab supports only draft_sample_method greedy")
         if logic.heterogeneous_vocab_excludes_local_argmax and config.get("use_local_argmax_reduction"):
@@ -79,7 +82,8 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
             refuse("speculative-config-combination", "rejection_sample_method", f"FLy (rejection_sample_method fly) requires numSpeculativeTokens >= 2, got {k}")
         elif isinstance(window, int) and not isinstance(window, bool) and window >= k:
             refuse("speculative-config-combination", "fly_window_size", f"FLy requires fly_window_size ({window}) to be smaller than numSpeculativeTokens ({k})")
-    if config.get("draft_lm_head_quantization") is not None and "draft_lm_head_quantization" in facts.speculative_fields:
+    if (config.get("draft_lm_head_quantization") is not None and "draft_lm_head_quantization" in facts.speculative_fields
+            and not logic.options_checked_per_speculator):
         excluded_mtp = (method.target_mtp_layers and models is not None and models.target.mtp is not None
                         and models.target.mtp.model_type in logic.draft_lm_head_quantization_excluded_mtp)
         if method.name not in logic.draft_lm_head_quantization_methods or excluded_mtp:
@@ -87,13 +91,70 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
                    f"draft_lm_head_quantization is not supported for method {method.name!r} (only {', '.join(sorted(logic.draft_lm_head_quantization_methods))}, whose drafts share the target's lm_head)")
     topc = config.get("xpress_topc")
     if topc is not None and "xpress_topc" in facts.speculative_fields and models is not None:
-        draft = models.draft
-        xpress = draft is not None and bool(set(draft.architectures) & logic.xpress_architectures)
+        findings += _xpress_topc_findings(topc, method.name, models, facts)
+    return findings + _release_option_findings(method.name, config, models, facts) + _option_range_findings(method, config)
+
+
+def _release_option_findings(method: str, config: dict[str, Any], models: Models | None, facts: VllmFacts) -> list[Finding]:
+    """Options whose rules came with a release: parallel_drafting (_verify_args: only the methods
+    of `logic.parallel_drafting_methods`) and draft_decode_context_parallel_size
+    (_verify_and_get_draft_dcp, for drafts with a checkpoint: 1 or the target's DCP)."""
+    findings, parallel = [], facts.logic.parallel_drafting_methods
+    if parallel is not None and config.get("parallel_drafting") is True and method not in parallel:
+        findings.append(error("speculative-config-method", f"{FIELD}.parallel_drafting",
+                              f"vLLM {facts.version}: parallel_drafting is only supported by the {' and '.join(sorted(parallel))} methods, not {method!r}"))
+    dcp = config.get("draft_decode_context_parallel_size")
+    if isinstance(dcp, int) and dcp > 1 and _speculator(method, models, facts).get("loads_checkpoint"):
+        # The operator leaves the target's decode context parallel size at vLLM's default of 1.
+        findings.append(error("speculative-config-range", f"{FIELD}.draft_decode_context_parallel_size",
+                              f"draft_decode_context_parallel_size must be 1 or the target's decode context parallel size (1), got {dcp}"))
+    return findings
+
+
+def _xpress_topc_findings(topc: Any, method: str, models: Models, facts: VllmFacts) -> list[Finding]:
+    """xpress_topc: XPress drafts only (by architecture, or with per-method speculators the XPress
+    speculator's supported_options, refused above), and 0 <= topc <= the draft vocabulary."""
+    draft, logic = models.draft, facts.logic
+    if logic.options_checked_per_speculator:
+        xpress = "xpress_topc" in _speculator(method, models, facts).get("supported_options", ())
         if not xpress:
-            refuse("speculative-config-method", "xpress_topc", "xpress_topc is only supported by XPress drafts (" + ", ".join(sorted(logic.xpress_architectures)) + ")")
-        elif isinstance(topc, int) and draft is not None and not 0 <= topc <= (draft.draft_vocab_size or draft.vocab_size):
-            refuse("speculative-config-range", "xpress_topc", f"xpress_topc must be between 0 and the draft vocabulary size ({draft.draft_vocab_size or draft.vocab_size})")
-    return findings + _option_range_findings(method, config)
+            return []  # refused by _speculator_option_findings
+    elif not (draft is not None and set(draft.architectures) & logic.xpress_architectures):
+        return [error("speculative-config-method", f"{FIELD}.xpress_topc",
+                      "xpress_topc is only supported by XPress drafts (" + ", ".join(sorted(logic.xpress_architectures)) + ")")]
+    if isinstance(topc, int) and draft is not None and not 0 <= topc <= (draft.draft_vocab_size or draft.vocab_size):
+        return [error("speculative-config-range", f"{FIELD}.xpress_topc",
+                      f"xpress_topc must be between 0 and the draft vocabulary size ({draft.draft_vocab_size or draft.vocab_size})")]
+    return []
+
+
+def _speculator(method: str, models: Models | None, facts: VllmFacts) -> dict[str, Any]:
+    """The SpeculatorConfig vLLM settles on for this draft ({} for a release without them)."""
+    archs: tuple[str, ...] = ()
+    if models is not None and models.draft is not None:
+        mtp = models.target.mtp if method_named(method).target_mtp_layers else None
+        archs = (mtp.architecture,) if mtp is not None else tuple(models.draft.architectures)
+    return facts.speculator(method, archs) or {}
+
+
+def _speculator_option_findings(method: str, config: dict[str, Any], models: Models | None,
+                                facts: VllmFacts) -> list[Finding]:
+    """speculative.py __post_init__ (releases with per-method speculators): a method-specific option must be in the settled
+    speculator's supported_options (Gemma-4 MTP drops draft_lm_head_quantization, XPress drafts
+    take xpress_topc, only custom speculators take speculator_options); DSparkSpeculatorConfig
+    .apply_options then takes draft_lm_head_quantization only for DeepSeek-V4's own DSpark head."""
+    speculator = _speculator(method, models, facts)
+    supported = set(speculator.get("supported_options", ()))
+    findings = [error("speculative-config-method", f"{FIELD}.{option}",
+                      f"vLLM {facts.version}: {option} is not supported with speculative method {method!r}"
+                      + (f" (it takes {', '.join(sorted(supported))})" if supported else ""))
+                for option in facts.method_specific_options if config.get(option) is not None and option not in supported]
+    own_dspark_draft = models is not None and models.draft is not None and not models.draft_is_target \
+        and facts.declared_speculator(models.draft.architectures) is not None
+    if method_named(method).builds_dspark_head and config.get("draft_lm_head_quantization") is not None and own_dspark_draft:
+        findings.append(error("speculative-config-method", f"{FIELD}.draft_lm_head_quantization",
+                              "draft_lm_head_quantization is only supported by the DeepSeek-V4/V4.1 DSpark drafters (a dspark method without draft.model on a DeepSeek-V4 target)"))
+    return findings
 
 
 def _exclusive_option_findings(method: Method, config: dict[str, Any], facts: VllmFacts) -> list[Finding]:

@@ -43,6 +43,10 @@ class VllmFacts:
         # Transformers classes vLLM serves through its Transformers backend (registry.py).
         self.transformers_backend: frozenset[str] = frozenset(data["transformers_backend_architectures"])
         self.logic: ReleaseLogic = RELEASE_LOGIC[self.version]
+        # CacheConfig's defaults (config/cache.py): block size, gpu_memory_utilization.
+        self.memory_defaults: dict[str, Any] = data["memory_defaults"]
+        # 0.34.0 on: the per-method SpeculatorConfig classes (v1/worker/gpu/spec_decode/); {} before.
+        self._speculators: dict[str, Any] = data.get("speculators", {})
 
     @classmethod
     def load(cls, version: str) -> "VllmFacts":
@@ -77,8 +81,68 @@ class VllmFacts:
     def is_mla_model_type(self, model_type: str | None) -> bool:
         return model_type in self.mla_model_types
 
-    def is_mtp_model_type(self, model_type: str | None) -> bool:
-        return model_type in self.mtp_model_types
+    # -- memory defaults (config/cache.py CacheConfig) ------------------------------------------
+    @property
+    def default_block_size(self) -> int:
+        """CacheConfig.DEFAULT_BLOCK_SIZE: 16 up to 0.33.0, 64 from 0.34.0."""
+        return int(self.memory_defaults["block_size"])
+
+    @property
+    def default_gpu_memory_utilization(self) -> float:
+        """What vLLM uses on a GPU when --gpu-memory-utilization is not given: 0.92, or from 0.34.0
+        `resolved_gpu_memory_utilization` with the extensible KV cache, on by default on CUDA and
+        ROCm (1.0)."""
+        extensible = self.memory_defaults.get("gpu_memory_utilization_extensible_kv_cache")
+        if self.logic.extensible_kv_cache_on_gpu and extensible is not None:
+            return float(extensible)
+        return float(self.memory_defaults["gpu_memory_utilization"])
+
+    def memory_assumptions(self) -> dict[str, Any]:
+        """The release's memory defaults a plan assumes, in the plan's words."""
+        return {
+            "vllmVersion": self.version,
+            "defaultBlockSize": self.default_block_size,
+            "defaultGpuMemoryUtilization": self.default_gpu_memory_utilization,
+            "kvCacheSizing": ("extensible: sized from the memory free after CUDA-graph capture"
+                              if self.logic.extensible_kv_cache_on_gpu else "profiled: budget minus the profiled peak"),
+        }
+
+    # -- speculators (0.34.0: v1/worker/gpu/spec_decode/speculator_config.py) -------------------
+    @property
+    def plugin_methods(self) -> bool:
+        """Plugins may register methods (`register_speculative_method`): a method name this
+        release does not know may still be one the image registers."""
+        return bool(self._speculators.get("plugin_methods"))
+
+    @property
+    def method_specific_options(self) -> tuple[str, ...]:
+        """`_METHOD_SPECIFIC_OPTIONS`: keys only a speculator listing them in supported_options takes."""
+        return tuple(self._speculators.get("method_specific_options", ()))
+
+    def declared_speculator(self, architectures: Iterable[str]) -> dict[str, Any] | None:
+        """The speculator the first registered draft architecture declares
+        (`speculator_config_class`; registry.py inspect_model_cls picks the first registered)."""
+        for arch in architectures:
+            info = self._arch(arch)
+            if info is not None:
+                name = info.get("speculator")
+                return self._speculators["classes"][name] if name else None
+        return None
+
+    def speculator(self, method: str, architectures: Iterable[str] = ()) -> dict[str, Any] | None:
+        """The SpeculatorConfig vLLM settles on (`get_speculator_config_class`): the one the draft
+        declares when it is for this method, else the method's own. None before 0.34.0."""
+        if not self._speculators or method not in self._speculators["by_method"]:
+            return None
+        declared = self.declared_speculator(architectures)
+        if declared is not None and declared["base_method"] == method:
+            return declared
+        return self._speculators["classes"][self._speculators["by_method"][method]]
+
+    def default_k_cap(self, method: str) -> int | None:
+        """The most k a method defaults to when k comes from an option (0.34.0 suffix/config.py:
+        min(8, suffix_decoding_max_tree_depth)); None: the option's value itself."""
+        return self._speculators.get("default_k_caps", {}).get(method)
 
     # -- the server's CLI (vllm/entrypoints/.../cli_args.py make_arg_parser) ---------------
     @cached_property
@@ -91,9 +155,6 @@ class VllmFacts:
             for spelling in flag.names:
                 out[spelling] = flag
         return out
-
-    def speculative_field_choices(self, key: str) -> tuple[str, ...]:
-        return tuple(self.speculative_fields.get(key, {}).get("choices", ()))
 
     def option_default(self, key: str) -> Any:
         """SpeculativeConfig's default for an option (None when it has none or no such field)."""

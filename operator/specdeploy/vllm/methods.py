@@ -110,6 +110,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            builds_dspark_head=True, exclusive_options=frozenset({"dspark_draft_topk"}),
            adaptive_verification_needs_draft_logits=False),
     Method("ngram", "prompt lookup on the CPU", **_NGRAM_DEFAULTS),  # type: ignore[arg-type]
+    # v1/worker/gpu/spec_decode/ngram/speculator.py NgramGPUSpeculator: the same lookup in a GPU kernel.
+    Method("ngram_gpu", "prompt lookup on the GPU", **_NGRAM_DEFAULTS),  # type: ignore[arg-type]
     Method("medusa", "Medusa heads", "required", keeps_draft_kv_cache=False, draft_model_type="medusa",
            forces_draft_model_type=True),
     Method("mlp_speculator", "an MLPSpeculator", "required", keeps_draft_kv_cache=False,
@@ -117,7 +119,9 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("suffix", "suffix decoding over the prompts and outputs seen", "none", keeps_draft_kv_cache=False,
            drafting="lookup", k_source="option", k_option="suffix_decoding_max_tree_depth",
            option_ranges=(("suffix_decoding_max_tree_depth", 1, None), ("suffix_decoding_max_cached_requests", 0, None),
-                          ("suffix_decoding_max_spec_factor", 0, None), ("suffix_decoding_min_token_prob", 0, 1)),
+                          ("suffix_decoding_max_spec_factor", 0, None), ("suffix_decoding_min_token_prob", 0, 1),
+                          # 0.34.0 suffix/config.py: in [0, 2**31) (a key only 0.34.0 has)
+                          ("suffix_decoding_corpus_tokens", 0, (1 << 31) - 1)),
            needs_package="arctic-inference"),
 )}
 
@@ -159,11 +163,15 @@ def methods_where(with_aliases: bool = True, **wanted: Any) -> tuple[str, ...]:
 
 def default_k(method: Method, options: dict[str, Any], facts: VllmFacts) -> int | None:
     """k when numSpeculativeTokens is unset and k comes from an option: the option as given, else
-    the release's default for it (suffix: 24 in 0.32/0.33, from the generated data)."""
+    the release's default for it (suffix: 24 in 0.32/0.33, from the generated data), capped where
+    the release caps it (0.34.0 suffix/config.py: min(8, depth), from the data too)."""
     if method.k_source != "option" or method.k_option is None:
         return None
     value = options.get(method.k_option, facts.option_default(method.k_option))
-    return int(value) if value is not None else None
+    if value is None:
+        return None
+    cap = facts.default_k_cap(method.name)
+    return min(cap, int(value)) if cap else int(value)
 
 
 def built_draft_tp(method: Method, tp: int, draft_tp: int | None) -> int | None:

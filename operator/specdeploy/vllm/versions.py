@@ -11,12 +11,12 @@ from specdeploy.findings import Finding, Stage, warning
 from specdeploy.vllm.facts import VllmFacts
 
 # One generated data file per release (vllm/data/<version>.json), oldest first.
-SUPPORTED_VERSIONS: tuple[str, ...] = ("0.32.0", "0.33.0")
-# The default image: the newest release this project can serve end to end on CPU (0.32.0 is the
-# only vLLM release with a CPU build), so the e2e suite runs what a default CR deploys.
-DEFAULT_VERSION = "0.32.0"
-DEFAULT_IMAGE = f"vllm/vllm-openai:v{DEFAULT_VERSION}"
+SUPPORTED_VERSIONS: tuple[str, ...] = ("0.32.0", "0.33.0", "0.34.0")
 NEWEST_VERSION = SUPPORTED_VERSIONS[-1]
+# The default image: the newest supported release, so a user who names no image gets today's
+# vLLM. (Only 0.32.0 has a CPU build: the e2e suite names that release in its CRs.)
+DEFAULT_VERSION = NEWEST_VERSION
+DEFAULT_IMAGE = f"vllm/vllm-openai:v{DEFAULT_VERSION}"
 
 # A release tag: 0.33.0, v0.33.0, v0.33.0-cu130, 0.33.0+cpu (a variant of the same release).
 _RELEASE_TAG = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+_].*)?$")

@@ -1,0 +1,82 @@
+"""Sizes a model class divides by the tensor-parallel size while vLLM builds it, beyond the
+attention heads and KV heads every model splits (QKVParallelLinear, validation/rules.py): where
+vLLM's config check accepts a TP and the build then fails.
+
+Each rule restates one model class, read in 0.32.0, 0.33.0 and 0.34.0 alike (found by reading every
+model file for KV-head divisions without QKVParallelLinear's replication, and the towers that
+choose TP or data parallel by their heads). Kimi-K3 and gpt-oss were confirmed by building them
+with vLLM's own classes on the meta device (tests/parity/memory_judge.py's build at the TP under
+test, 0.32.0 and 0.33.0; gpt-oss under 0.34.0 too): Kimi-K3 fails at TP 3, 6 and 12 with "4096 is
+not divisible by 3" (6, 12) and builds at 4 and 8; gpt-oss-20b fails at TP 16 with
+"ZeroDivisionError: integer modulo by zero" and builds at 8. Param2MoE and Ricursive restate their
+source (no checkpoint config among the fixtures)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class TpSplit:
+    """One size a model's layers divide by the TP size."""
+
+    what: str  # for messages
+    size_keys: tuple[str, ...]  # where the config states the size, first present wins
+    source: str  # the vLLM code that divides it
+    section: str = ""  # the sub-config holding the keys ("" for the LLM config)
+    default: int | None = None  # the config class's default when no key is present
+    # vision.py is_vit_use_data_parallel(num_heads): a tower whose heads the TP does not divide
+    # runs data parallel, unsplit; these keys hold those heads.
+    tp_only_when_heads_divide: tuple[str, ...] = ()
+    heads_default: int | None = None
+
+
+def _first(section: Mapping[str, Any], keys: tuple[str, ...], default: int | None) -> int | None:
+    value = next((section[k] for k in keys if isinstance(section.get(k), int) and not isinstance(section.get(k), bool)), None)
+    return default if value is None else value
+
+
+_MOONVIT_MLP = TpSplit(
+    "vision tower MLP (MoonViT)", ("intermediate_size", "vt_intermediate_size"),
+    "model_executor/models/kimi_k25_vit.py MLP2.__init__ (fc0 ColumnParallelLinear: divide(mlp_dim, tp)); "
+    "MoonViTEncoderLayer.__init__ splits the tower only when is_vit_use_data_parallel(num_heads) is False",
+    section="vision_config", tp_only_when_heads_divide=("num_attention_heads", "vt_num_attention_heads"))
+
+# Architecture -> the sizes its class splits.
+TP_SPLITS: dict[str, tuple[TpSplit, ...]] = {
+    # KimiK3VisionConfig (transformers_utils/configs/kimi_k3.py) defaults: 12 heads, MLP 4096.
+    "KimiK3ForConditionalGeneration": (replace(_MOONVIT_MLP, default=4096, heads_default=12),),
+    "KimiK25ForConditionalGeneration": (_MOONVIT_MLP,),
+    # KV heads split without the replication QKVParallelLinear does for TP > KV heads: each rank
+    # needs a whole share.
+    "GptOssForCausalLM": (TpSplit("KV heads", ("num_key_value_heads",), "model_executor/models/gpt_oss.py "
+                                  "OAIAttention.__init__ (num_key_value_heads // tp_size; Attention then takes "
+                                  "num_heads % num_kv_heads)"),),
+    "Param2MoEForCausalLM": (TpSplit("KV heads", ("num_key_value_heads",), "model_executor/models/param2moe.py "
+                                     "Param2MoEAttention.__init__ (assert num_kv_heads % tp_size == 0)"),),
+    # 0.34.0 on (no older release registers it).
+    "RicursiveForCausalLM": (TpSplit("KV heads", ("num_key_value_heads",), "model_executor/models/ricursive.py "
+                                     "attention __init__ (raises unless num_key_value_heads % tp_size == 0)"),),
+}
+
+
+def tp_split_failures(architectures: tuple[str, ...], config: Mapping[str, Any], sections: Mapping[str, Mapping[str, Any]],
+                      tp: int) -> list[str]:
+    """Why the first registered of `architectures` cannot be built at `tp`: one sentence per
+    size that does not split ([] when all do). `config` is the LLM config, `sections` the
+    sub-configs by name (vision_config, ...)."""
+    arch = next((a for a in architectures if a in TP_SPLITS), None)
+    out = []
+    for rule in TP_SPLITS.get(arch, ()) if arch else ():
+        section = sections.get(rule.section, {}) if rule.section else config
+        size = _first(section, rule.size_keys, rule.default)
+        if size is None:
+            continue
+        if rule.tp_only_when_heads_divide:
+            heads = _first(section, rule.tp_only_when_heads_divide, rule.heads_default)
+            if heads is None or heads % tp:
+                continue  # the tower runs data parallel, unsplit
+        if size % tp:
+            out.append(f"{arch}'s {rule.what}: {size} is not divisible by TP {tp} ({rule.source})")
+    return out
