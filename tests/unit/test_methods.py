@@ -64,7 +64,8 @@ def test_the_crd_enum_and_cel_rules_come_from_the_table() -> None:
 
 def test_suffixs_default_k_is_the_releases_data_not_a_constant() -> None:
     """k defaults to the tree-depth option's default, read from the release's generated data."""
-    spec = SpeculativeDeploymentSpec.model_validate({"target": {"model": "org/t"}, "draft": {"method": "suffix"}})
+    spec = SpeculativeDeploymentSpec.model_validate({"target": {"model": "org/t"}, "draft": {"method": "suffix"},
+                                                     "vllmVersion": OLDEST})
     facts = rule_set(OLDEST)
     models = evaluate(spec, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), None)
     assert models.plan.num_speculative_tokens == facts.option_default("suffix_decoding_max_tree_depth")
