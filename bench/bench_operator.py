@@ -79,7 +79,8 @@ async def bench(count: int, rate: float, timeout: float, trace: str | None = Non
         async with IndexedEmulator() as emulator, kmock.Server(emulator, port=port):
             register_resources(emulator)
             kubeconfig = write_kubeconfig(f"http://127.0.0.1:{port}", Path(tmp) / "kubeconfig")
-            env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(ROOT / "operator")}
+            # No kubelet runs a preflight Job on the emulator: the operator runs none.
+            env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(ROOT / "operator"), "SPECDEPLOY_PREFLIGHT": "false"}
             env.pop("KUBERNETES_SERVICE_HOST", None)
             command = [sys.executable, "-m", "specdeploy.cli"]
             if trace:  # tracemalloc snapshots on SIGUSR1 (bench/traced_operator.py)

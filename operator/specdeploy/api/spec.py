@@ -320,6 +320,22 @@ class RolloutSpec(SpecModel):
         return value
 
 
+PreflightMode = Literal["Required", "BestEffort", "Disabled"]
+
+
+class PreflightResourcesSpec(SpecModel):
+    cpu: str = Field("1", pattern=QUANTITY, max_length=32, description="CPU request of the preflight pod (a Kubernetes quantity). It only parses args and builds the models on the meta device.")
+    memory: str = Field("4Gi", pattern=QUANTITY, max_length=32, description="Memory request and limit of the preflight pod: vLLM's import plus the meta-device build, no weights (0.7 GiB for Kimi-K3 + DSpark on the CPU build, bench/RESULTS.md; a CUDA image maps larger libraries).")
+
+
+class PreflightSpec(SpecModel):
+    """The image's own vLLM judges the exact pod args on CPU before any GPU workload is created."""
+
+    mode: PreflightMode = Field("BestEffort", description="Required: no GPU workload until the image's vLLM accepts the args. BestEffort: as Required, but when the preflight Job cannot run (image pull failure, no capacity, its deadline) the fast rules decide and a condition says so. Disabled: the fast rules alone decide.")
+    resources: PreflightResourcesSpec = Field(default_factory=PreflightResourcesSpec, description="CPU and memory of the preflight pod (it requests no GPU).")
+    deadline_seconds: int = Field(1800, ge=60, le=86400, description="activeDeadlineSeconds of the preflight Job: pulling a multi-GB vLLM image on a new node is most of it.")
+
+
 class SpeculativeDeploymentSpec(SpecModel):
     """Desired state: a target model served by vLLM with a speculative draft attached."""
 
@@ -336,3 +352,4 @@ class SpeculativeDeploymentSpec(SpecModel):
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Volume for the Hugging Face model cache.")
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Where the vLLM pods run.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rolling update limits.")
+    preflight: PreflightSpec = Field(default_factory=PreflightSpec, description="Before the first GPU workload of a new image, args and configs: a CPU Job from spec.image runs the image's own vLLM on the exact args (spec.scheduling places it, so it also pre-pulls the image).")

@@ -22,7 +22,7 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 class Condition(SpecModel):
     """One observation in the standard Kubernetes condition shape."""
 
-    type: ConditionType = Field(description="Validated, Planned, Progressing, Available, Ready (the summary), the kstatus pair Reconciling and Stalled, or SpeculationEffective (from the pods' acceptance counters).")
+    type: ConditionType = Field(description="Validated, Planned, Preflight (the image's own vLLM on the exact args), Progressing, Available, Ready (the summary), the kstatus pair Reconciling and Stalled, or SpeculationEffective (from the pods' acceptance counters).")
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase machine-readable reason for the last transition.", max_length=1024)
     message: str = Field("", description="Human-readable details.", max_length=32768)
@@ -109,12 +109,26 @@ class SpeculationStatus(SpecModel):
     cost_model: str | None = Field(None, description="What the cost model assumed: GPU roofline, context per sequence, acceptance source; or why it could not run.", max_length=1024)
 
 
+class PreflightStatus(SpecModel):
+    """The verdict of the image's own vLLM on one (image, args, configs) combination: kept so
+    that a resync or an operator restart starts no second Job for it."""
+
+    key: str = Field(description="sha256 of the image, the rendered vLLM args, the models' configs and the GPU memory judged.", max_length=64)
+    image: str = Field(description="The image the preflight Job ran (spec.image).", max_length=512)
+    job: str = Field(description="The preflight Job's name.", max_length=253)
+    outcome: Literal["Running", "Passed", "Refused", "CouldNotRun"] = Field(description="Running, Passed (vLLM accepted the args), Refused (vLLM refused them) or CouldNotRun (the Job could not run: image pull, capacity, deadline, a judge error).")
+    stage: str | None = Field(None, description="Where vLLM refused: args, config, load or memory.", max_length=32)
+    message: str | None = Field(None, description="vLLM's own error text, or why the Job could not run.", max_length=4096)
+    vllm_version: str | None = Field(None, description="vllm.__version__ inside the image: it replaces the image tag's guess for later judgements of this object.", max_length=128)
+    memory: dict[str, Any] | None = Field(None, description="The memory figures the image's vLLM computed per GPU.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+
+
 class SpeculativeDeploymentStatus(SpecModel):
     """Observed state: verdict, plan, and the workload's readiness."""
 
     observed_generation: int | None = Field(None, ge=0, description="The .metadata.generation the operator last acted on.")
     # listType map keyed by type: one condition per type, and server-side apply merges by type.
-    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Validated, Planned, Progressing, Available, Ready, the kstatus pair, and SpeculationEffective.",
+    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Validated, Planned, Preflight, Progressing, Available, Ready, the kstatus pair, and SpeculationEffective.",
                                         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     plan: dict[str, Any] | None = Field(None, description="The parallelism and memory plan with every decision explained (same shape as `specdeploy plan`).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     findings: list[FindingStatus] = Field(default_factory=list, max_length=256, description="Validation findings for the current spec.")
@@ -123,4 +137,5 @@ class SpeculativeDeploymentStatus(SpecModel):
     selector: str | None = Field(None, description="Label selector of the serving pods (scale subresource, for HPA/KEDA).", max_length=1024)
     endpoint: str | None = Field(None, description="In-cluster URL of the OpenAI-compatible API.", max_length=512)
     workload: str | None = Field(None, description="The workload serving the model, as Kind/name.", max_length=512)
+    preflight: PreflightStatus | None = Field(None, description="The image's own vLLM's verdict on the exact args (spec.preflight).")
     speculation: SpeculationStatus | None = Field(None, description="Acceptance counted by vLLM on the serving pods, and the goodput model's verdict and recommended k.")

@@ -98,6 +98,7 @@ KINDS: dict[str, Kind] = {
     "Pod": Kind("", "v1", "pods"),
     "ReplicaSet": Kind("apps", "v1", "replicasets"),
     "StatefulSet": Kind("apps", "v1", "statefulsets"),
+    "Job": Kind("batch", "v1", "jobs"),
     "Event": Kind("", "v1", "events"),
     "SpeculativeDeployment": Kind(API_GROUP, API_VERSION, PLURAL),
     "ValidatingWebhookConfiguration": Kind("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"),

@@ -57,7 +57,8 @@ BACKOFF_SCALE_ENV = "SPECDEPLOY_BACKOFF_SCALE"
 BACKOFF_SCALE = env.Number(BACKOFF_SCALE_ENV, 1.0, minimum=0)
 LOG_FORMAT_ENV = "SPECDEPLOY_LOG_FORMAT"  # text (default) | json
 # kind -> (first delay, cap) in seconds.
-BACKOFF = {"api": (2.0, 120.0), "source": (15.0, 600.0), "slow": (30.0, 600.0)}
+# "preflight": polling a running preflight Job (most of its minute or two is the image pull).
+BACKOFF = {"api": (2.0, 120.0), "source": (15.0, 600.0), "slow": (30.0, 600.0), "preflight": (5.0, 30.0)}
 
 
 @kopf.on.startup(registry=registry)

@@ -1,7 +1,8 @@
 """The operator's own Prometheus metrics and its readiness, on one small HTTP server.
 
 `/metrics` (prometheus_client's exposition): reconciles by result, reconcile duration, API
-responses with an error status by verb, kind and code, and two gauges computed at scrape time
+responses with an error status by verb, kind and code, preflight refusals of specs the fast
+rules accepted by the judge's stage, and two gauges computed at scrape time
 from what the reconciles last saw: CRs by Ready status, and current findings by code and
 severity. `/readyz`: 200 once the replica serves, its webhook too when it is on (leader or standby: both
 serve the webhook, and a standby
@@ -79,6 +80,9 @@ class Metrics:
         self.reconciles = Counter("specdeploy_reconciles", "Reconciles by result (ok, invalid, retry, timeout, error)", ["result"], registry=self.registry)
         self.duration = Histogram("specdeploy_reconcile_duration_seconds", "Time one reconcile took", registry=self.registry,
                                   buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        # The fast rules accepted what the image's own vLLM refused, by the judge's stage: every
+        # cluster checks our rules continuously (controller/preflight.py).
+        self.preflight_disagreements = Counter("specdeploy_preflight_disagreements", "Specs the fast rules accepted and the preflight (the image's vLLM) refused, by stage", ["stage"], registry=self.registry)
         self.api_errors = Counter("specdeploy_api_errors", "Kubernetes API responses with an error status", ["method", "kind", "code"], registry=self.registry)
         self.state = _StateCollector()
         self.registry.register(self.state)  # type: ignore[arg-type]

@@ -34,15 +34,19 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("leaderworkerset.x-k8s.io", "leaderworkersets", ("get", "list", "watch", "create", "patch", "delete")),
     Permission("", "services", ("get", "list", "watch", "create", "patch", "delete")),
     Permission("policy", "poddisruptionbudgets", ("get", "list", "watch", "create", "patch", "delete")),
-    # Model configs given as spec.target.configMapRef / spec.draft.configMapRef.
-    Permission("", "configmaps", ("get",)),
+    # Model configs given as spec.target.configMapRef / spec.draft.configMapRef (get); the
+    # preflight's ConfigMap (the judge, its request and the configs read), deleted once judged.
+    Permission("", "configmaps", ("get", "create", "delete")),
+    # The preflight Job (controller/preflight.py): started once per image + args + configs, read
+    # until it ends; its TTL removes it.
+    Permission("batch", "jobs", ("get", "create")),
     # Leader election (two replicas, one active): the Lease in the operator's namespace.
     # The renewal is a merge patch carrying the resourceVersion it read (controller/leader.py).
     Permission("coordination.k8s.io", "leases", ("get", "create", "patch")),
     # The serving pods: the telemetry lists them for each ready leader pod's IP and reads its
-    # /metrics there (list only: it never reads one pod by name). It reads only the pods its
-    # workload owns, through the owner chain: a Deployment's ReplicaSets, a LeaderWorkerSet's
-    # leader StatefulSet (controller/scrape.py).
+    # /metrics there, and the preflight pod for its termination message (list only: never one
+    # pod by name). It reads only the pods its workload owns, through the owner chain: a
+    # Deployment's ReplicaSets, a LeaderWorkerSet's leader StatefulSet (controller/scrape.py).
     Permission("", "pods", ("list",)),
     Permission("apps", "replicasets", ("list",)),
     Permission("apps", "statefulsets", ("list",)),
