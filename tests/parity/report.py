@@ -4,7 +4,7 @@ written to docs/parity-<vLLM version>.md."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cases import Case, configs, grid
@@ -19,6 +19,7 @@ class Row:
     ours_ok: bool
     our_errors: tuple[str, ...]
     judged_by: str  # the rule set specdeploy judged with (the installed release's, once it has one)
+    built: Any = None  # the judge's real load stage (vllm_judge.Verdict), on the sample only
 
     @property
     def agree(self) -> bool:
@@ -66,12 +67,29 @@ def compute_rows() -> list[Row]:
     rows: list[Row] = []
     try:
         for case in grid():
-            verdict = judge.judge(case.target, case.draft, case.method, case.k, case.tp, case.draft_tp,
-                                  dict(case.speculative_config))
+            verdict = judge.judge(_request(judge, case))
             rows.append(Row(case, verdict.ok, verdict.stage, verdict.error, *our_verdict(case)))
+        sample = {r.case.id for r in load_sample(rows)}
+        rows = [replace(r, built=judge.built(_request(judge, r.case))) if r.case.id in sample else r for r in rows]
     finally:
         judge.close()
     return rows
+
+
+def _request(judge: Any, case: Case) -> Any:
+    return judge.request(case.target, case.draft, case.method, case.k, case.tp, case.draft_tp,
+                         dict(case.speculative_config))
+
+
+def load_sample(rows: list[Row]) -> list[Row]:
+    """The cases whose load verdict the real meta-device build re-judges: every one the load
+    checks refuse, and per target/draft pair the accepted case at the largest TP."""
+    refused = [r for r in rows if r.vllm_stage == "load"]
+    widest: dict[str, Row] = {}
+    for row in rows:
+        if row.vllm_ok and row.case.tp >= getattr(widest.get(row.case.pair), "case", row.case).tp:
+            widest[row.case.pair] = row
+    return refused + list(widest.values())
 
 
 def table(rows: list[Row], vllm_version: str) -> str:

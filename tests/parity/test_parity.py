@@ -39,3 +39,13 @@ def test_same_verdict_as_vllm(parity_rows, index: int) -> None:
         f"vLLM {'accepts' if row.vllm_ok else 'refuses: ' + row.vllm_stage + ': ' + row.vllm_error}; "
         f"specdeploy {'accepts' if row.ours_ok else 'refuses: ' + '; '.join(row.our_errors)}"
     )
+
+
+def test_load_checks_agree_with_the_meta_build(parity_rows) -> None:
+    """The grid's load checks (vllm_judge.py) refuse exactly what the judge's real meta-device
+    build refuses, on the sample report.load_sample re-judges."""
+    sample = [r for r in parity_rows if r.built is not None]
+    assert any(not r.vllm_ok for r in sample) and any(r.vllm_ok for r in sample)
+    differ = [f"{r.case.id}: checks {r.vllm_ok} ({r.vllm_error}); build {r.built.ok} ({r.built.error})"
+              for r in sample if r.built.ok != r.vllm_ok]
+    assert not differ, "\n".join(differ)

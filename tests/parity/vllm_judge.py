@@ -1,34 +1,33 @@
-"""vLLM's own verdict on a target/draft/method/TP case, from vLLM's own config classes.
+"""vLLM's own verdict on a grid case: the preflight judge (`specdeploy/preflight/vllm_judge.py`,
+the file the preflight Job runs in the image), asked in this process, then the load checks.
 
-A case is accepted by vLLM when all of these pass (each is what `vllm serve` runs before it
-takes a GPU, or what a worker runs while building the model):
-1. `ModelConfig(model=<dir with the target's config.json>)` constructs;
-2. `target.verify_with_parallel_config(ParallelConfig(tensor_parallel_size=TP,
-   distributed_executor_backend="external_launcher"))`;
-3. the KV-head split of `QKVParallelLinear` (model_executor/layers/linear.py) at TP for a
-   non-MLA target: the real class is constructed, with a tiny hidden size, at a patched
-   TP world size;
-4. `SpeculativeConfig(target_model_config, target_parallel_config, model=<draft dir>,
-   method, num_speculative_tokens, draft_tensor_parallel_size)`; its validators build the
-   draft ModelConfig and run `draft.verify_with_parallel_config(draft_parallel_config)`;
-5. the same `QKVParallelLinear` KV-head split for a non-MLA draft at the draft's TP.
+A case becomes the args a pod would get: `<target> --tensor-parallel-size TP
+--speculative-config {"method", "model": <draft>, "num_speculative_tokens",
+"draft_tensor_parallel_size", ...}`, with each model's config.json in a temporary directory
+(the Hub is never contacted: HF_HUB_OFFLINE=1). The judge's args and config stages decide
+first: the image's `vllm serve` parser and `create_engine_config` (ModelConfig, ParallelConfig,
+SpeculativeConfig, which builds and verifies the draft's configs).
 
-Configs are written to temporary directories (vLLM reads `config.json` from a local dir; the
-Hub is never contacted: HF_HUB_OFFLINE=1). Kimi-K3's `auto_map` remote code is not needed:
-vLLM 0.32.0 registers its own `KimiK3Config` (and `K3DSparkConfig`) for those model_types in
-`transformers_utils/config.py` `_CONFIG_REGISTRY`, so vLLM parses them without
-`trust_remote_code`.
+The load stage (target and draft built by vLLM's own classes on the meta device) costs 1-5 s
+a case on 2 cores: 843 cases x 3 releases would not fit CI. The grid therefore applies the
+load failures the real build produces as cheap checks on the judge's own VllmConfig (the real
+`QKVParallelLinear` at the TP the layers read, the DSpark heads' required attributes), and
+`test_parity.py::test_load_checks_agree_with_the_meta_build` asks the judge's real load
+stage on a bounded sample (every case the checks refuse, and one accepted case per
+pair/method) and requires the same verdict. Kimi-K3's `auto_map` remote
+code is not needed: vLLM registers its own `KimiK3Config` (and `K3DSparkConfig`) for those
+model_types in `transformers_utils/config.py` `_CONFIG_REGISTRY`.
 
-Suffix decoding: vLLM (up to 0.33.0) refuses `method="suffix"` unless the optional `arctic-inference`
+Suffix decoding: vLLM (up to 0.33.0; 0.34.0's suffix is native) refuses `method="suffix"` unless the optional `arctic-inference`
 package is importable (a packaging fact of the image, not a property of the models; its
-sdist needs a native build that the CPU test venv does not do). The judge reports that
-package check as passed so that vLLM judges the rest of the suffix configuration.
+sdist needs a native build that the CPU test venv does not do). Only here, not in the Job,
+that package check is reported as passed so that vLLM judges the rest of the suffix
+configuration.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -36,28 +35,19 @@ from pathlib import Path
 from typing import Any, Iterator
 from unittest import mock
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # 0.33.0 has no CPU build: its platform must be told
+from specdeploy.preflight.vllm_judge import CannotJudgeOnCpu, Judge, Refused, Request, error_text
+
+LOAD_STAGES = ("args", "config", "load")  # the grid asks whether vLLM can build the pair
 
 
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
-    stage: str  # which of the checks above refused it ("" when ok)
-    error: str  # vLLM's own error text, first line
+    stage: str  # the judge's stage that refused it ("" when ok)
+    error: str  # vLLM's own error text
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "stage": self.stage, "error": self.error}
-
-
-def _first_line(exc: BaseException) -> str:
-    """The error in one line; pydantic's ValidationError keeps the validator's message."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    if type(exc).__name__ == "ValidationError" and len(lines) > 1:
-        lines = lines[1:2]
-    text = f"{type(exc).__name__}: {' '.join(lines[:1])}"
-    return text.split(" [type=")[0][:300]
 
 
 @contextmanager
@@ -128,7 +118,7 @@ def _arctic_inference_present() -> Any:
 
 
 class VllmJudge:
-    """Holds one temp dir per model and the target ModelConfigs (independent of TP)."""
+    """One temporary directory per model; one Judge for the whole grid."""
 
     def __init__(self, configs: dict[str, dict[str, Any]]):
         self._tmp = tempfile.TemporaryDirectory(prefix="specdeploy-parity-")
@@ -138,65 +128,60 @@ class VllmJudge:
             d.mkdir()
             (d / "config.json").write_text(json.dumps(cfg))
             self.dirs[name] = str(d)
-        self._targets: dict[str, Any] = {}
+        self._judge = Judge()
 
     def close(self) -> None:
+        self._judge.close()
         self._tmp.cleanup()
 
-    def _target(self, name: str) -> Any:
-        if name not in self._targets:
-            from vllm.config import ModelConfig
+    def request(self, target: str, draft: str | None, method: str, k: int | None, tp: int,
+                draft_tp: int | None, extra: dict[str, Any] | None = None) -> Request:
+        """The args a pod would get for the case."""
+        speculative: dict[str, Any] = {"method": method, **(extra or {})}
+        if k is not None:  # omitted, as from a --speculative-config without the key
+            speculative["num_speculative_tokens"] = k
+        if draft is not None:
+            speculative["model"] = draft
+        if draft_tp is not None:
+            speculative["draft_tensor_parallel_size"] = draft_tp
+        args = [target, "--tensor-parallel-size", str(tp), "--speculative-config", json.dumps(speculative)]
+        return Request(args, {name: self.dirs[name] for name in (target, draft) if name is not None})
 
+    def judge(self, request: Request) -> Verdict:
+        """The judge's args and config stages, then the load checks on its VllmConfig."""
+        with _arctic_inference_present():
             try:
-                self._targets[name] = ModelConfig(model=self.dirs[name], skip_tokenizer_init=True)
-            except Exception as exc:  # noqa: BLE001 - vLLM's refusal is the verdict
-                self._targets[name] = exc
-        return self._targets[name]
-
-    def judge(self, target: str, draft: str | None, method: str, k: int | None, tp: int,
-              draft_tp: int | None, extra: dict[str, Any] | None = None) -> Verdict:
-        from vllm.config import ParallelConfig, SpeculativeConfig
-
-        target_cfg = self._target(target)
-        if isinstance(target_cfg, BaseException):
-            return Verdict(False, "target ModelConfig", _first_line(target_cfg))
-        try:
-            parallel = ParallelConfig(tensor_parallel_size=tp, distributed_executor_backend="external_launcher")
-            target_cfg.verify_with_parallel_config(parallel)
-        except Exception as exc:  # noqa: BLE001
-            return Verdict(False, "target verify_with_parallel_config", _first_line(exc))
+                config = self._judge.engine_config(request)
+            except Refused as refused:
+                return Verdict(False, refused.stage, str(refused))
+        tp = config.parallel_config.tensor_parallel_size
+        target_cfg, spec = config.model_config, config.speculative_config
         try:
             _kv_check(target_cfg, tp)
         except Exception as exc:  # noqa: BLE001 - AssertionError from vllm.distributed.utils.divide
-            return Verdict(False, "target QKVParallelLinear", _first_line(exc))
-        kwargs: dict[str, Any] = dict(
-            target_model_config=target_cfg, target_parallel_config=parallel, method=method, **(extra or {}),
-        )
-        if k is not None:  # omitted, as from a --speculative-config without the key
-            kwargs["num_speculative_tokens"] = k
-        if draft is not None:
-            kwargs["model"] = self.dirs[draft]
-        if draft_tp is not None:
-            kwargs["draft_tensor_parallel_size"] = draft_tp
-        try:
-            # Local config files do not change between with_retry's attempts: skip its sleeps.
-            with _arctic_inference_present(), mock.patch("vllm.transformers_utils.repo_utils.time.sleep"):
-                spec = SpeculativeConfig(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - ValueError, NotImplementedError, ZeroDivisionError...
-            return Verdict(False, "SpeculativeConfig", _first_line(exc))
-        draft_cfg = spec.draft_model_config
+            return Verdict(False, "load", error_text(exc))
+        draft_cfg = spec.draft_model_config if spec is not None else None
         if draft_cfg is not None and draft_cfg is not target_cfg:
-            # load_eagle_model / load_dflash_model (v1/worker/gpu/spec_decode/) build these
-            # drafts with the target's VllmConfig and TP group, whatever the draft TP says.
-            built_tp = tp if method in ("eagle", "eagle3", "mtp", "dflash") else spec.draft_parallel_config.tensor_parallel_size
+            # Every parallel layer reads the global TP group (get_tensor_model_parallel_world_size()),
+            # the target's: load_eagle_model builds with the target's VllmConfig, and the draft-TP
+            # parallel_config load_dspark_model / StandaloneARSpeculator pass is read by no layer.
             try:
-                _kv_check(draft_cfg, built_tp)
+                _kv_check(draft_cfg, tp)
             except Exception as exc:  # noqa: BLE001
-                return Verdict(False, "load: draft QKVParallelLinear", _first_line(exc))
+                return Verdict(False, "load", error_text(exc))
             missing = _dspark_markov_rank_missing(draft_cfg)
             if missing:
-                return Verdict(False, "load: draft model", missing)
+                return Verdict(False, "load", missing)
         missing = _dspark_v4_head_missing(draft_cfg) if draft_cfg is not None else ""
         if missing:
-            return Verdict(False, "load: draft model", missing)
+            return Verdict(False, "load", missing)
         return Verdict(True, "", "")
+
+    def built(self, request: Request) -> Verdict:
+        """The judge through its real load stage: target and draft built on the meta device."""
+        with _arctic_inference_present():
+            try:
+                verdict = self._judge.judge(request, stages=LOAD_STAGES)
+            except CannotJudgeOnCpu as exc:  # a layer only a GPU builds: no verdict here
+                return Verdict(True, "", f"not judged at load on CPU: {exc}")
+        return Verdict(verdict.ok, verdict.stage or "", verdict.error or "")

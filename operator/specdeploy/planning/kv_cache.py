@@ -40,7 +40,8 @@ FP8_DS_MLA_BYTES = 656  # MLAAttentionSpec page per token with cache_dtype_str f
 INDEXER_QUANT_BLOCK = 128  # DeepseekV32IndexerCache: one fp32 scale per 128 uint8 values
 GPU_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 GPU_MLA_BLOCK_SIZE = 64  # FlashMLA / FlashInfer-MLA kernel block size
-GPU_MAX_IN_FLIGHT_TOKENS = 8192  # max_num_batched_tokens of `vllm serve` on a large GPU
+GPU_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve` on a GPU of >= 70 GiB (engine/arg_utils.py get_batch_defaults)
+GPU_MAX_IN_FLIGHT_TOKENS = 2 * GPU_MAX_NUM_BATCHED_TOKENS  # async scheduling: two batches (memory.in_flight_tokens)
 _KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "bfloat16": 2, "float16": 2}
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from specdeploy.geometry import Geometry
 from specdeploy.vllm.methods import built_draft_tp, method_named
-from specdeploy.planning.kv_cache import (STATE, CacheNeed, LayerCache, cache_need, default_block_size, model_layer_caches,
-                                          promote_local_to_full)
+from specdeploy.planning.kv_cache import (GPU_MAX_NUM_BATCHED_TOKENS, STATE, CacheNeed, LayerCache, cache_need,
+                                          default_block_size, model_layer_caches, promote_local_to_full)
 
 GIB = 1024**3
 _DTYPE_BYTES = {"float32": 2, "float": 2, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "float8_e4m3fn": 1}
@@ -105,15 +105,26 @@ def state_bytes_per_sequence(caches: list[LayerCache]) -> int:
     return sum(c.state_bytes * c.layers for c in caches if c.kind == STATE)
 
 
+def in_flight_tokens(method: str | None, pp: int = 1) -> int:
+    """Tokens scheduled but not yet freed on a GPU (config/vllm.py `max_in_flight_tokens`:
+    `max_concurrent_batches` x max_num_batched_tokens), which sliding-window and chunked layers
+    keep blocks for. VllmConfig turns async scheduling on by default and keeps it with the
+    methods the table marks (`Method.async_scheduling`); it keeps pp + 1 batches in flight
+    (Model Runner V2), else pp. The CPU platform turns it off (platforms/cpu.py), which is why a
+    CPU run of vLLM counts half of this."""
+    async_scheduling = method is None or method_named(method).async_scheduling
+    return (pp + 1 if async_scheduling else pp) * GPU_MAX_NUM_BATCHED_TOKENS
+
+
 def kv_cache_need(caches: list[LayerCache], max_model_len: int, sequences: int, k: int,
-                  release_block_size: int) -> CacheNeed:
+                  method: str | None = None, pp: int = 1, release_block_size: int | None = None) -> CacheNeed:
     """The GPU start-up check's figure: prefix caching is on by default for generation
     models (engine/arg_utils.py), which puts hybrid models in Mamba `align` mode. Blocks are
     the judging release's CacheConfig.DEFAULT_BLOCK_SIZE (VllmFacts.default_block_size), or
     the MLA backends'."""
-    return cache_need(caches, max_model_len=max_model_len, sequences=sequences,
-                      block_size=default_block_size(caches, release_block_size),
-                      num_speculative_tokens=k, mamba_align_mode=True)
+    block_size = default_block_size(caches, release_block_size) if release_block_size else None
+    return cache_need(caches, max_model_len=max_model_len, sequences=sequences, num_speculative_tokens=k,
+                      block_size=block_size, mamba_align_mode=True, in_flight_tokens=in_flight_tokens(method, pp))
 
 
 def activation_reserve_gib(gpu_memory_gib: float) -> float:

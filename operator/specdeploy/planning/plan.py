@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdeploy.planning.compute import LayoutCompute
 from specdeploy.planning.kv_cache import LayerCache
 
 
@@ -120,6 +121,7 @@ class Plan:
     vllm_version: str  # the release whose rules judged the pair (and whose CLI the args are for)
     candidates: tuple[Candidate, ...] = ()
     decisions: tuple[str, ...] = field(default=())
+    compute: LayoutCompute | None = None  # what a step reads and computes: the speculation cost model's input
 
     @property
     def gpus_per_replica(self) -> int:
@@ -147,4 +149,5 @@ class Plan:
             "memory": self.memory.to_dict() if self.memory else None,
             "candidates": [c.to_dict() for c in self.candidates],
             "decisions": list(self.decisions),
+            "compute": self.compute.to_dict() if self.compute else None,
         }

@@ -22,6 +22,7 @@ from specdeploy.planning.memory import (
     layer_caches,
     state_bytes_per_sequence,
 )
+from specdeploy.planning.compute import layout_compute, max_num_seqs
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import built_draft_tp
@@ -110,8 +111,9 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
 
 def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
             tp: int, draft_tp: int | None, pp: int, max_model_len: int, k: int, facts: VllmFacts) -> MemoryEstimate:
-    caches = layer_caches(spec.draft.method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
-    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k, facts.default_block_size)
+    method = spec.draft.method
+    caches = layer_caches(method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
+    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k, method, pp, facts.default_block_size)
     return MemoryEstimate(
         gpu_memory_gib=gpu_gib,
         budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
@@ -292,6 +294,9 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
         vllm_version=facts.version,
         candidates=tuple(candidates),
         decisions=_decisions(spec, sized, chosen),
+        compute=layout_compute(spec.draft.speculative_method, target, draft, (target_bytes, draft_bytes), chosen.tp,
+                               built_draft_tp(spec.draft.speculative_method, chosen.tp, chosen.draft_tp),
+                               spec.serving.kv_cache_dtype, product, max_num_seqs(spec.vllm.extra_args, product, gpu_gib)),
     )
     cache = check_model_cache(spec, target_bytes + draft_bytes, "estimated" in source)
     return plan, findings + list(chosen.findings) + cache
