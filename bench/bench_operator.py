@@ -48,6 +48,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop(process: subprocess.Popen[Any]) -> None:
+    """SIGTERM, as the kubelet stops a pod; SIGKILL after 20 s."""
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
 def _peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -70,7 +79,8 @@ async def bench(count: int, rate: float, timeout: float, trace: str | None = Non
         async with IndexedEmulator() as emulator, kmock.Server(emulator, port=port):
             register_resources(emulator)
             kubeconfig = write_kubeconfig(f"http://127.0.0.1:{port}", Path(tmp) / "kubeconfig")
-            env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(ROOT / "operator")}
+            # No kubelet runs a preflight Job on the emulator: the operator runs none.
+            env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(ROOT / "operator"), "SPECDEPLOY_PREFLIGHT": "false"}
             env.pop("KUBERNETES_SERVICE_HOST", None)
             command = [sys.executable, "-m", "specdeploy.cli"]
             if trace:  # tracemalloc snapshots on SIGUSR1 (bench/traced_operator.py)
@@ -144,11 +154,7 @@ async def bench(count: int, rate: float, timeout: float, trace: str | None = Non
                     "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 1), "median_s": round(statistics.median(latencies), 2) if latencies else None,
                 }
             finally:
-                operator.terminate()
-                try:
-                    operator.wait(20)
-                except subprocess.TimeoutExpired:
-                    operator.kill()
+                stop(operator)
 
 
 def main() -> int:

@@ -117,8 +117,8 @@ def facts_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def logic_to_write(version: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """What a person still has to restate: the release's entry in release_logic.py, and the new or
-    changed SpeculativeConfig keys no rule names (the data carries their type and bounds, not
+    """What a person still has to restate: the release's entry in release_logic.py, and the new
+    SpeculativeConfig keys no rule names (the data carries their type, bounds and choices, not
     their cross-field checks; a removed key is refused from the data alone)."""
     sys.path.insert(0, str(ROOT / "operator"))
     from specdeploy.vllm.release_logic import RELEASE_LOGIC
@@ -129,11 +129,12 @@ def logic_to_write(version: str, old: dict[str, Any], new: dict[str, Any]) -> li
         todo.append(f"add RELEASE_LOGIC[{version!r}] to operator/specdeploy/vllm/release_logic.py (copy the newest entry)")
     if version not in SUPPORTED_VERSIONS:
         todo.append(f"add {version!r} to SUPPORTED_VERSIONS in operator/specdeploy/vllm/versions.py")
-    added, _, changed = _changed(old["speculative_config_fields"], new["speculative_config_fields"])
-    rules = "".join(p.read_text() for p in (ROOT / "operator" / "specdeploy" / "validation").glob("*.py"))
-    todo += [f"SpeculativeConfig.{key} is new or changed and no rule names it: restate its checks "
-             "(vllm/config/speculative.py, spec_decode/<method>/config.py) in validation/, with a parity case"
-             for key in added + changed if f'"{key}"' not in rules]
+    added, _, _ = _changed(old["speculative_config_fields"], new["speculative_config_fields"])
+    from_data = set(new.get("speculators", {}).get("method_specific_options", ()))  # checked per speculator
+    rules = "".join(p.read_text() for p in (ROOT / "operator" / "specdeploy").rglob("*.py"))
+    todo += [f"SpeculativeConfig.{key} is new and no rule names it: restate its checks (vllm/config/speculative.py, "
+             "spec_decode/<method>/config.py) beside the others, with a parity case"
+             for key in added if key not in from_data and f'"{key}"' not in rules]
     return todo
 
 

@@ -240,12 +240,17 @@ def _add_plan(sub: Any) -> None:
                     "`kustomize build . | specdeploy plan -f -`) as the API server and then the operator would, "
                     "reading configMapRef configs from ConfigMaps in the same stream. Prints one report and, "
                     "for the valid ones, the manifests the operator would apply. Exit 1 if any is invalid.")
-    parser.add_argument("-f", "--filename", required=True,
-                        help="YAML or JSON stream: a file, a directory (its .json, .yaml and .yml files, as kubectl reads it) or '-' for stdin")
+    _stream_arguments(parser)
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="yaml",
                         help="yaml (default): the report as comments, then the manifests (pipe to kubectl apply); json: both as one object; text: the report alone")
-    parser.add_argument("-n", "--namespace", default=None, help="namespace for every object (default: each object's, else 'default')")
     parser.set_defaults(func=_plan)
+
+
+def _stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """-f and -n, as `plan` and `preflight` read a YAML stream."""
+    parser.add_argument("-f", "--filename", required=True,
+                        help="YAML or JSON stream: a file, a directory (its .json, .yaml and .yml files, as kubectl reads it) or '-' for stdin")
+    parser.add_argument("-n", "--namespace", default=None, help="namespace for every object (default: each object's, else 'default')")
 
 
 MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")  # what `kubectl apply -f DIR` reads from a directory
@@ -298,6 +303,111 @@ def _plan(args: argparse.Namespace) -> int:
 
         _emit(args.output, data, text)
     return report.exit_code
+
+
+# ---- preflight ----------------------------------------------------------------------------------
+
+def _add_preflight(sub: Any) -> None:
+    parser = sub.add_parser(
+        "preflight", help="run the preflight judge (the image's own vLLM on the exact pod args) locally, or print its Job",
+        description="For every SpeculativeDeployment in a YAML stream the fast rules accept: run the operator's "
+                    "in-image judge, with the exact vLLM args and configs its preflight Job would get, under PYTHON "
+                    "(a Python with the image's vLLM), or (--render) print the Job and ConfigMap the operator would "
+                    "create. Exit 0 if vLLM accepts all, 1 if it refused any, 2 if one could not be judged.")
+    _stream_arguments(parser)
+    parser.add_argument("--python", help="the Python to judge with (its vLLM stands for the image's)")
+    parser.add_argument("--render", action="store_true", help="print the preflight Job and ConfigMap instead of running the judge")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="text (default), json, or yaml (--render's manifests)")
+    parser.set_defaults(func=_preflight, check=_check_preflight_flags)
+
+
+def _check_preflight_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.render == bool(args.python):
+        parser.error("give exactly one of --python PATH (run the judge) and --render (print the Job)")
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from specdeploy.stream import plan_stream
+
+    text, source = _read_stream(args.filename)
+    report = plan_stream(text, source, namespace=args.namespace, hf_token=_hf_token(), hub_local_only=_hub_local_only)
+    if args.render:
+        return _preflight_render(report.results, args.output)
+    results = [_preflight_one(result, args.python) for result in report.results]
+    refused = any(r["ok"] is False and r["stage"] for r in results)
+    unjudged = any(r["ok"] is None for r in results)
+    code = EXIT_INVALID if refused else EXIT_USAGE if unjudged else EXIT_VALID
+    for r in results:
+        r["ok"] = bool(r["ok"])
+
+    def text_report() -> str:
+        lines = []
+        for r in results:
+            where = f"{r['namespace']}/{r['name']}"
+            if r["ok"]:
+                lines.append(f"{where}: ACCEPTED by vLLM {r['vllmVersion']}")
+            elif r["stage"]:
+                lines.append(f"{where}: REFUSED by vLLM {r['vllmVersion']} at the {r['stage']} stage: {r['error']}")
+            else:
+                lines.append(f"{where}: NOT JUDGED: {r['error']}")
+        return "\n".join(lines) + "\n"
+
+    _emit(args.output, {"ok": code == EXIT_VALID, "results": results}, text_report)
+    return code
+
+
+def _preflight_request(result: Any) -> Any:
+    from specdeploy.preflight.request import judge_request
+
+    spec, plan, target, draft = result.judged
+    return spec, judge_request(spec, plan, target.config, draft.config if draft else None)
+
+
+def _preflight_one(result: Any, python: str) -> dict[str, Any]:
+    """One CR's verdict: ok True/False (vLLM's), or None when it could not be judged."""
+    from specdeploy.local_judge import run_judge
+
+    out: dict[str, Any] = {"name": result.name, "namespace": result.namespace, "ok": None, "stage": None, "error": None, "vllmVersion": None}
+    if result.judged is None:
+        return {**out, "error": f"the fast rules give it no plan ({result.verdict}): `specdeploy plan -f` says why"}
+    spec, request = _preflight_request(result)
+    env = {v.name: v.value for v in spec.vllm.env if v.value is not None}
+    try:
+        run = run_judge(python, request, env=env, remote_code=spec.target.trust_remote_code or spec.draft.trust_remote_code)
+    except OSError as exc:
+        raise UsageError("--python", f"cannot run {python}: {exc}") from None
+    verdict = run.verdict
+    if not run.judged or verdict is None:
+        error = (verdict.error if verdict else None) or run.stderr_tail.strip()[-500:] or f"exit {run.exit_code}"
+        return {**out, "error": f"the judge could not run: {error}", "vllmVersion": verdict.vllm_version if verdict else None}
+    return {**out, "ok": verdict.ok, "stage": verdict.stage, "error": verdict.error, "vllmVersion": verdict.vllm_version}
+
+
+def _preflight_render(results: list[Any], output: str) -> int:
+    """The ConfigMap and Job per judged CR (the operator adds its ownerReference to the CR)."""
+    from specdeploy.preflight import JUDGE_FILE
+    from specdeploy.preflight.job import preflight_config_map, preflight_job
+
+    manifests = []
+    for result in results:
+        if result.judged is None:
+            print(f"specdeploy: {result.namespace}/{result.name}: no preflight: the fast rules give it no plan ({result.verdict})", file=sys.stderr)
+            continue
+        spec, request = _preflight_request(result)
+        manifests.append(preflight_config_map(request, JUDGE_FILE.read_text(), cr_name=result.name, namespace=result.namespace))
+        manifests.append(preflight_job(spec, request, cr_name=result.name, namespace=result.namespace))
+    if output == "json":
+        print(_dump_json({"apiVersion": "v1", "kind": "List", "items": manifests}))
+    else:
+        import yaml
+
+        class Literal(yaml.SafeDumper):
+            """The judge and the configs as readable blocks, not one escaped line."""
+
+        Literal.add_representer(str, lambda dumper, value: dumper.represent_scalar(
+            "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+        print(yaml.dump_all(manifests, Dumper=Literal, sort_keys=False, width=120), end="")
+    return EXIT_VALID if len(manifests) == 2 * len(results) else EXIT_USAGE
 
 
 # ---- crd, run ----------------------------------------------------------------------------------
@@ -375,6 +485,8 @@ def _add_advise(sub: Any) -> None:
                              f"in one pass; {'/'.join(methods_where(False, drafting='lookup'))} cost nothing)")
     parser.add_argument("--draft-cost", type=_non_negative, help=f"cost of one draft pass relative to one target step (default: 0 for {'/'.join(methods_where(False, drafting='lookup'))}, else 0.1)")
     parser.add_argument("--num-speculative-tokens", type=_positive_int, help="the k the server runs (default: the positions in the metrics)")
+    parser.add_argument("-f", "--filename", help="the server's SpeculativeDeployment: its plan's layout and GPU give the draft cost and "
+                                                 "the best k per batch size, the crossover and the verdict at the running-requests load")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (default text)")
     parser.set_defaults(func=_advise)
 
@@ -385,10 +497,11 @@ def _advise(args: argparse.Namespace) -> int:
     import urllib.error
     import urllib.request
 
+    from dataclasses import replace
+
     from specdeploy.telemetry import analyse, parse_counters
-    from specdeploy.telemetry.model import DEFAULT_DRAFT_COST, draft_cost
-    from specdeploy.telemetry.report import summary
-    from specdeploy.vllm.methods import drafting
+    from specdeploy.telemetry.load import SCHEDULE_KEY, schedule, verdict_at_load
+    from specdeploy.telemetry.report import load_summary, summary
 
     source = args.metrics
     try:
@@ -402,15 +515,20 @@ def _advise(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError("--metrics", f"cannot read {source}: {exc}") from None
     counters = parse_counters(text)
-    if args.draft_cost is not None:
-        cost, cost_source = args.draft_cost, "given (--draft-cost)"
-    elif drafting(args.method) == "lookup":
-        cost, cost_source = draft_cost(args.method, None)
-    else:
-        cost, cost_source = DEFAULT_DRAFT_COST, "assumed (pass --draft-cost: draft weights per GPU / target weights per GPU)"
+    plan = _advise_plan(args.filename) if args.filename else None
+    if plan is not None and args.method is None:
+        args.method = plan.get("method")
+    cost, cost_source = _advise_draft_cost(args, plan)
     analysis = analyse(counters, method=args.method, cost=cost, cost_source=cost_source, k=args.num_speculative_tokens)
+    load = _advise_load(analysis, plan, text) if plan is not None else None
+    if load is not None:
+        analysis = replace(analysis, verdict=verdict_at_load(analysis, load))
     verdict = analysis.verdict
-    report = {"speculationEffective": {"status": verdict.status, "reason": verdict.reason, "message": verdict.message}, **summary(analysis)}
+    report = {"speculationEffective": {"status": verdict.status, "reason": verdict.reason, "message": verdict.message}, **summary(analysis),
+              **(load_summary(load, analysis.k) if load is not None else {})}
+    ranges = schedule(load, plan.get("vllmVersion")) if load is not None and plan is not None else None
+    if ranges is not None:
+        report["speculativeConfig"] = {SCHEDULE_KEY: [list(r) for r in ranges]}
 
     def text_report() -> str:
         lines = [f"SpeculationEffective={verdict.status} ({verdict.reason}): {verdict.message}"]
@@ -420,16 +538,81 @@ def _advise(args: argparse.Namespace) -> int:
             for p in analysis.predictions:
                 marks = ("  <- in force" if p.k == analysis.k else "") + ("  <- recommended" if best and p.k == best.k else "")
                 lines.append(f"  {p.k:2d}  {p.expected_tokens:11.3f}  {p.speedup:6.3f}x{' (extrapolated)' if p.extrapolated else ''}{marks}")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + (_advise_load_table(load) if load is not None else []) + _advise_schedule_text(ranges)) + "\n"
 
     _emit(args.output, report, text_report)
     return EXIT_INVALID if verdict.status == "False" else EXIT_VALID
 
 
+def _advise_draft_cost(args: argparse.Namespace, plan: dict[str, Any] | None) -> tuple[float, str]:
+    """--draft-cost, else the plan's draft/target weights (0 for lookups), else the default."""
+    from specdeploy.telemetry.model import DEFAULT_DRAFT_COST, draft_cost
+    from specdeploy.vllm.methods import drafting
+
+    if args.draft_cost is not None:
+        return args.draft_cost, "given (--draft-cost)"
+    if drafting(args.method) == "lookup" or plan is not None:
+        return draft_cost(args.method or "", plan)
+    return DEFAULT_DRAFT_COST, "assumed (pass --draft-cost: draft weights per GPU / target weights per GPU)"
+
+
+def _advise_plan(filename: str) -> dict[str, Any]:
+    """The plan of the (first) SpeculativeDeployment in the file, as `specdeploy plan` makes it."""
+    from specdeploy.stream import StreamError, plan_stream
+
+    try:
+        text = sys.stdin.read() if filename == "-" else Path(filename).read_text()
+        report = plan_stream(text, filename, hf_token=_hf_token(), hub_local_only=_hub_local_only)
+    except (OSError, UnicodeDecodeError, StreamError) as exc:
+        raise UsageError("--filename", f"cannot plan {filename}: {exc}") from None
+    result = report.results[0]
+    if result.plan is None:
+        why = "; ".join(f.message for f in result.findings + result.unjudged if f.severity == "error") or "no plan"
+        raise UsageError("--filename", f"{result.namespace}/{result.name} does not plan: {why}")
+    return result.plan
+
+
+def _advise_load(analysis: Any, plan: dict[str, Any], text: str) -> Any:
+    """The cost model at the running-requests reading(s) of the metrics text."""
+    from specdeploy.telemetry.cost import CostModelError
+    from specdeploy.telemetry.load import analyse_load
+    from specdeploy.telemetry.metrics import parse_sample
+
+    try:
+        return analyse_load(analysis, plan, [r for r in parse_sample(text).running if r >= 1])
+    except CostModelError as exc:
+        raise UsageError("--filename", str(exc)) from None
+
+
+def _advise_load_table(load: Any) -> list[str]:
+    """Predicted speedup per batch size (rows) and k (columns), the pick marked with *."""
+    ks = range(1, len(load.work.acceptance) + 1)
+    lines = [f"cost model: {load.source}",
+             "crossover: " + ("none: some k pays at every batch up to 2^20" if load.crossover is None
+                              else f"batch {load.crossover} (no k pays from there on)"),
+             "  batch  " + "".join(f"   k={k:<3d}" for k in ks) + "  best k"]
+    for advice in load.by_batch:
+        cells = "".join(f"  {load.work.speedup(advice.batch_size, k):5.2f}{'*' if k == advice.k else ' '}" for k in ks)
+        lines.append(f"  {advice.batch_size:5d}  {cells}  {advice.k}{'  (off)' if advice.k == 0 else ''}")
+    if load.observed is not None:
+        lines.append(f"observed: {load.observed.samples} running-requests reading(s), typical batch {load.observed.typical:g}")
+    return lines
+
+
+def _advise_schedule_text(ranges: list[tuple[int, int, int]] | None) -> list[str]:
+    """The opt-in: the table as the release's per-batch-size k, to paste into the CR."""
+    if ranges is None:
+        return []
+    from specdeploy.telemetry.load import SCHEDULE_KEY
+
+    return [f"opt-in (off by default): spec.draft.speculativeConfig.{SCHEDULE_KEY}: {json.dumps([list(r) for r in ranges])}",
+            "  vLLM #49548 (open): with such a schedule an 8-way concurrent run fell from about 232 to 24-157 tok/s; measure before keeping it"]
+
+
 # ---- entry point -------------------------------------------------------------------------------
 
 # One function per subcommand adds its parser; a new subcommand is one more entry here.
-SUBCOMMANDS: list[Callable[[Any], None]] = [_add_validate, _add_plan, _add_advise, _add_crd, _add_run]
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_validate, _add_plan, _add_preflight, _add_advise, _add_crd, _add_run]
 
 
 class _Version(argparse.Action):

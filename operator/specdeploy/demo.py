@@ -130,6 +130,7 @@ async def demo(example: Path, timeout: float) -> int:
     import kmock
 
     from specdeploy.controller.main import run
+    from specdeploy.controller.preflight import PREFLIGHT_ENV
     from specdeploy.emulator import ApiServerEmulator
 
     docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
@@ -143,6 +144,7 @@ async def demo(example: Path, timeout: float) -> int:
             print(f"==> Kubernetes API emulator (kmock) on http://127.0.0.1:{port}")
 
             os.environ["KUBECONFIG"] = str(kubeconfig)
+            os.environ[PREFLIGHT_ENV] = "false"  # the emulator has no kubelet to run a preflight Job
             ready, stop = threading.Event(), threading.Event()
             operator = threading.Thread(
                 target=run, args=([NAMESPACE], False, None), kwargs={"ready_flag": ready, "stop_flag": stop},

@@ -12,7 +12,9 @@ they read as a precondition.
 kmock also ignores `metadata.generateName`: every create without a name is stored under the
 name None, so the second one is refused 409. kopf posts every Event with
 `generateName: kopf-event-`, so all but the first Event of a run were lost. The API server
-names such an object itself; so does `ResourceVersions` (`generated_name`).
+names such an object itself; so does `ResourceVersions` (`generated_name`). It also gives a
+created object a uid, as the API server does: the telemetry trusts a pod only through the
+uids of its owner chain.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import uuid
 from typing import Any
 
 import kmock
@@ -66,6 +69,8 @@ class ResourceVersions:
             meta = request.data.get("metadata")
             if not isinstance(meta, dict):
                 meta = request.data["metadata"] = {}
+            if request.action == enums.action.CREATE and not meta.get("uid"):
+                meta["uid"] = str(uuid.uuid4())  # the API server gives every object one (owner chains need it)
             if request.action == enums.action.CREATE and not meta.get("name"):
                 prefix = meta.get("generateName")
                 if not prefix or not isinstance(prefix, str):

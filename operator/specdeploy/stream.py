@@ -28,6 +28,8 @@ class ObjectResult:
     # Findings that mean "could not be judged" (a config that could not be read), not "invalid".
     unjudged: tuple[Finding, ...] = ()
     vllm_version: str | None = None  # the vLLM release whose rules judged it
+    # What the preflight needs (`specdeploy preflight`): the spec, the plan and both configs.
+    judged: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
     def verdict(self) -> str:
@@ -156,5 +158,6 @@ def _judge(parsed: ParsedObject, configmaps: dict[tuple[str, str], dict[str, Any
     manifests: list[dict[str, Any]] = []
     if evaluation.ok and evaluation.plan is not None:
         manifests = render_manifests(spec, evaluation.plan, name=parsed.name, namespace=parsed.namespace)
+    judged = (spec, evaluation.plan, target, draft) if manifests else None
     return ObjectResult(parsed.name, parsed.namespace, parsed.findings + evaluation.findings, evaluation.plan_dict(), manifests,
-                        vllm_version=evaluation.vllm_version)
+                        vllm_version=evaluation.vllm_version, judged=judged)

@@ -19,7 +19,8 @@ What it varies:
 
 Each case runs in a forked copy of one warmed-up interpreter (so thousands run in minutes)
 with a 10 s wall limit, its peak RSS read from wait4; `--subprocess N` also runs N cases as a
-real `python -m specdeploy.cli` process each.
+real `python -m specdeploy.cli` process each. Every document `plan` accepts has its children
+checked against the Kubernetes schemas (tests/fuzz/schemas.py).
 
     python -m tests.fuzz.broad --count 5000 --seed 1 [--subprocess 200] [--report out.json]
 """
@@ -44,6 +45,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import yaml
+
+from tests.fuzz.schemas import accepted_manifests, child_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -159,6 +162,9 @@ METADATA_VARIANTS: list[Any] = [
     {"name": "ok", "managedFields": [{"x": 1}]}, {"name": "ok", "deletionTimestamp": "2020-01-01T00:00:00Z"},
     {"name": "\u0430bc"}, {"name": "a\x00b"}, {"name": True}, {"name": None}, {"name": ["a"]}, {"name": {"a": "b"}},
     {"name": "ok", "namespace": None}, {"name": "ok", "namespace": ""}, {"name": "ok", "extra": 1},
+    {"name": "ok", "kind": "x"}, {"name": "ok", "status": {}}, {"name": "ok", "labels": {"a/b/c": "x"}}, {"name": "a" * 253},
+    {"name": "b" * 62 + ".c"}, {"name": "ok", "labels": {"app": "v" * 64}}, {"name": "ok", "annotations": {"k": "x" * 300_000}},
+    {"name": "ok", "labels": {"example.com/tier": "gpu"}, "annotations": {"note": "x" * 1000}},
 ]
 STATUS_VARIANTS: list[Any] = [5, [], "x", {}, {"conditions": 5}, {"conditions": [5]}, {"plan": "x"}, {"observedGeneration": "x"},
                               {"conditions": [{"type": "Ready", "status": 5}] * 200}, _nested(40)]
@@ -210,8 +216,15 @@ SPEC_SPECIAL: dict[tuple[str, ...], list[Any]] = {
     ("image",): ["", " ", "vllm/vllm-openai:v0.33.0", "vllm/vllm-openai:v9.9.9", "vllm/vllm-openai@sha256:" + "0" * 64,
                  "x" * 600, "vllm/vllm-openai:latest", "vllm/vllm-openai:v0.32.0rc1", "localhost:5000/vllm:0.33.0-cu130", ":"],
     ("vllmVersion",): ["0.33.0", "0.32.0", "9.9.9", "0.0.0", "v0.33.0", "0.33", "99999999999999999999.0.0", ""],
-    ("scheduling", "tolerations"): [[5], {"a": 1}, [{}] * 33, [[]]],
-    ("scheduling", "nodeSelector"): [{"a": 5}, {"a": None}, [], {"a": {"b": "c"}}],
+    ("scheduling", "tolerations"): [[5], {"a": 1}, [{}] * 33, [[]], [{"key": 5}], [{"operator": "Exists", "tolerationSeconds": "x"}],
+                                    [{"key": "a", "bogus": 1}], [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]],
+    ("scheduling", "nodeSelector"): [{"a": 5}, {"a": None}, [], {"a": {"b": "c"}}, {"a b": "x"}, {"k": "v" * 64}, {"a/b/c": "x"},
+                                     {"node.kubernetes.io/instance-type": "p5.48xlarge"}],
+    ("scheduling", "affinity"): [{"foo": 1}, {"nodeAffinity": 5}, {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": "x"}]}},
+                                 {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                                     {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}]}}}],
+    ("scheduling", "priorityClassName"): ["Not_Valid", "", "a" * 254, "gpu-high", "a..b"],
+    ("scheduling", "runtimeClassName"): ["nvidia", "NV", "", "a_b"],
     ("rollout", "maxSurge"): ["25%", "101%", "%", "x%", -1, 10**30, 1.5, True, "1"],
     ("modelCache", "sizeLimit"): ["0", "1Ei", "999999999999999999999Ei", "1e3", "1.5Gi", "", "-1Gi", "10Pi"],
     ("resources", "cpu"): ["0", "1e3", "100m", "x", "9" * 40, "-1"],
@@ -777,6 +790,10 @@ def problem(outcome: Outcome) -> str | None:
         return f"peak RSS {outcome.max_rss_kib // 1024} MiB"
     if outcome.code not in (0, 1, 2):
         return f"exit {outcome.code}"
+    if outcome.code in (0, 1) and outcome.argv[0] == "plan":
+        children = child_problems(accepted_manifests(outcome.stdout, outcome.argv[outcome.argv.index("-o") + 1]))
+        if children:
+            return f"accepted, but a child fails the Kubernetes schemas: {children[0]}"
     if outcome.code == 2:
         message = outcome.stderr.strip()
         if not message:

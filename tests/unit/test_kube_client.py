@@ -76,7 +76,7 @@ async def test_token_ca_and_typed_answers_over_tls(tmp_path: Path, self_signed: 
         with pytest.raises(KubePermanentError):
             await kube.get("ConfigMap", "n", "bad")
         with pytest.raises(AssertionError, match="not in PERMISSIONS"):
-            await kube.delete("ConfigMap", "n", "cfg")  # the operator may not delete ConfigMaps
+            await kube.delete("Secret", "n", "cfg")  # the operator may not delete Secrets
         assert ("GET", "ConfigMap", 403) in errors and len(seen) == 4  # the refused delete was never sent
         await kube.close()
     finally:

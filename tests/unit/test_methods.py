@@ -63,14 +63,21 @@ def test_the_crd_enum_and_cel_rules_come_from_the_table() -> None:
 
 
 def test_suffixs_default_k_is_the_releases_data_not_a_constant() -> None:
-    """k defaults to the tree-depth option's default, read from the release's generated data."""
-    spec = SpeculativeDeploymentSpec.model_validate({"target": {"model": "org/t"}, "draft": {"method": "suffix"}})
-    facts = rule_set(OLDEST)
-    models = evaluate(spec, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), None)
-    assert models.plan.num_speculative_tokens == facts.option_default("suffix_decoding_max_tree_depth")
+    """k defaults to the tree-depth option (its default read from the release's generated data),
+    capped where the release caps it (0.34.0: min(8, depth), also data)."""
+    llama = load_config("meta-llama__Llama-3.1-8B-Instruct")
+    for version in SUPPORTED_VERSIONS:
+        facts = rule_set(version)
+        spec = SpeculativeDeploymentSpec.model_validate({"target": {"model": "org/t"}, "vllmVersion": version,
+                                                         "draft": {"method": "suffix"}})
+        depth = facts.option_default("suffix_decoding_max_tree_depth")
+        cap = facts.default_k_cap("suffix")
+        assert evaluate(spec, ModelInputs(llama), None).plan.num_speculative_tokens == (min(cap, depth) if cap else depth)
+    assert rule_set(OLDEST).default_k_cap("suffix") is None and rule_set(NEWEST).default_k_cap("suffix")
     data = json.loads(resources.files("specdeploy.vllm").joinpath("data", f"{OLDEST}.json").read_text())
     data["speculative_config_fields"]["suffix_decoding_max_tree_depth"]["default"] = 5
-    target, _ = read_geometry(load_config("meta-llama__Llama-3.1-8B-Instruct"), "t", facts)
+    target, _ = read_geometry(llama, "t", rule_set(OLDEST))
+    spec = SpeculativeDeploymentSpec.model_validate({"target": {"model": "org/t"}, "draft": {"method": "suffix"}})
     assert resolve_num_speculative_tokens(spec, Models(target, None), VllmFacts(data))[0] == 5
 
 

@@ -69,16 +69,20 @@ def test_explicit_layout_that_does_not_fit_is_an_error_naming_the_numbers() -> N
     assert finding.field == "spec.resources.gpu" and "GiB" in finding.message
 
 
-def test_min_concurrent_sequences_grows_the_kv_cache_linearly() -> None:
-    one = judge("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", k=3, tp=1,
+@pytest.mark.parametrize(("version", "tokens"), [("0.33.0", 16), ("0.34.0", 64)])
+def test_min_concurrent_sequences_grows_the_kv_cache_linearly(version: str, tokens: int) -> None:
+    """Blocks of the release's default size (CacheConfig.DEFAULT_BLOCK_SIZE: 16, 64 from 0.34.0),
+    which the plan states with the other defaults it assumed."""
+    one = judge("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", k=3, tp=1, vllmVersion=version,
                 resources={"gpu": {"product": "H100-80GB"}}, serving={"maxModelLen": 8192}).plan.memory
-    four = judge("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", k=3, tp=1,
+    four = judge("meta-llama__Llama-3.1-8B-Instruct", "specforge__llama3-8B-eagle3", "eagle3", k=3, tp=1, vllmVersion=version,
                  resources={"gpu": {"product": "H100-80GB"}}, serving={"maxModelLen": 8192, "minConcurrentSequences": 4}).plan.memory
-    # 4 requests of 512 blocks each, but one null block in total (BlockPool holds it back):
-    # 33 layers (32 + the EAGLE3 layer, at the target's TP) x 16 tokens x 4,096 B.
-    block = 33 * 16 * 8 * 256 * 2
-    assert one.kv_cache_bytes == (8192 // 16 + 1) * block
-    assert four.kv_cache_bytes == (4 * 8192 // 16 + 1) * block
+    # 4 requests of 8192 / tokens blocks each, but one null block in total (BlockPool holds it
+    # back): 33 layers (32 + the EAGLE3 layer, at the target's TP) x tokens x 4,096 B.
+    block = 33 * tokens * 8 * 256 * 2
+    assert one.kv_cache_bytes == (8192 // tokens + 1) * block
+    assert four.kv_cache_bytes == (4 * 8192 // tokens + 1) * block
+    assert one.to_dict()["releaseDefaults"]["defaultBlockSize"] == one.block_size == tokens
 
 
 def test_gpu_catalog_aliases_and_clear_errors() -> None:

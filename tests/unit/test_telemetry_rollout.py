@@ -21,8 +21,11 @@ class RecordingKube:
         self.patches.append(body)
         return body
 
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return None  # no workload, so no pods to scrape: a scrape only runs what is owed
+
     async def list(self, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return []  # no pods to scrape: a scrape only runs what is owed
+        return []
 
 
 def telemetry_with(reconciles: list[tuple[bool, int | None]]) -> tuple[Telemetry, RecordingKube, list[int]]:

@@ -165,3 +165,11 @@ def test_0_34_memory_defaults_come_from_its_cache_config() -> None:
     assert (old.default_block_size, new.default_block_size) == (16, 64)
     assert (old.default_gpu_memory_utilization, new.default_gpu_memory_utilization) == (0.92, 1.0)
     assert new.memory_assumptions()["kvCacheSizing"].startswith("extensible")
+
+
+def test_mtp_on_a_target_without_mtp_layers_is_refused_until_0_34_accepts_it_with_a_warning() -> None:
+    """0.33.0's __post_init__ refuses a draft that is no MTP model; 0.34.0's MTPSpeculatorConfig
+    lets the target draft itself (checked against vLLM in tests/parity)."""
+    for version, ok, code in (("0.33.0", False, "mtp-unsupported-target"), ("0.34.0", True, "mtp-target-without-mtp-layers")):
+        evaluation = on(version, "Qwen__Qwen3-8B", None, "mtp", 1, {})
+        assert evaluation.ok is ok and code in {f.code for f in evaluation.findings}

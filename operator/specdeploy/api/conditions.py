@@ -14,6 +14,7 @@ from typing import Final
 
 VALIDATED: Final = "Validated"
 PLANNED: Final = "Planned"
+PREFLIGHT: Final = "Preflight"  # the image's own vLLM on the exact args (controller/preflight.py)
 PROGRESSING: Final = "Progressing"
 AVAILABLE: Final = "Available"
 READY: Final = "Ready"  # the summary Argo CD and `kubectl wait` read
@@ -22,7 +23,7 @@ STALLED: Final = "Stalled"
 SPECULATION_EFFECTIVE: Final = "SpeculationEffective"  # from the pods' acceptance counters
 
 CONDITION_TYPES: Final[tuple[str, ...]] = (
-    VALIDATED, PLANNED, PROGRESSING, AVAILABLE, READY, RECONCILING, STALLED, SPECULATION_EFFECTIVE,
+    VALIDATED, PLANNED, PREFLIGHT, PROGRESSING, AVAILABLE, READY, RECONCILING, STALLED, SPECULATION_EFFECTIVE,
 )
 # The verdicts of one reconcile on the spec; the others follow the workload.
 SPEC_CONDITIONS: Final[tuple[str, ...]] = (VALIDATED, PLANNED)
@@ -39,6 +40,7 @@ class Reason:
     CONFIG_INVALID = "ConfigInvalid"
     CONFIG_UNAVAILABLE = "ConfigUnavailable"
     CONFIG_REFRESH_RETRYING = "ConfigRefreshRetrying"  # the last good config stands
+    PREFLIGHT_REFUSED = "PreflightRefused"  # the fast rules accepted, the image's vLLM refused
     # Planned
     PLANNED = "Planned"
     NOT_VALIDATED = "NotValidated"
@@ -53,6 +55,14 @@ class Reason:
     APPLY_FAILED = "ApplyFailed"
     RECONCILE_ERROR = "ReconcileError"
     RECONCILE_TIMEOUT = "ReconcileTimeout"
+    PREFLIGHT_RUNNING = "PreflightRunning"  # the workload waits for the preflight's verdict
+    PREFLIGHT_HELD = "PreflightHeld"  # spec.preflight.mode Required and the Job could not run
+    # Preflight
+    PASSED = "Passed"
+    REFUSED = "Refused"
+    RUNNING = "Running"
+    COULD_NOT_RUN = "CouldNotRun"
+    DISABLED = "Disabled"
     # Available
     REPLICAS_READY = "ReplicasReady"
     NO_REPLICAS_READY = "NoReplicasReady"
@@ -67,14 +77,17 @@ class Reason:
     NOT_ENOUGH_DRAFTS = "NotEnoughDrafts"
     ACCEPTANCE_COLLAPSED = "AcceptanceCollapsed"
     NO_SPEEDUP = "NoSpeedup"
+    NO_SPEEDUP_AT_LOAD = "NoSpeedupAtLoad"  # the typical observed batch is past the crossover (telemetry/load.py)
     EFFECTIVE = "Effective"
-    # Events only (no condition carries it)
+    # Events only (no condition carries them)
     SPECULATIVE_TOKENS_CHANGED = "SpeculativeTokensChanged"
+    PREFLIGHT_DISAGREES = "PreflightDisagrees"  # Warning: the fast rules accepted, the image's vLLM refused
 
 
 REASONS: Final[frozenset[str]] = frozenset(v for k, v in vars(Reason).items() if k.isupper())
 # Progressing reasons that mean the operator cannot make progress on its own (kstatus Stalled).
-STUCK_REASONS: Final[frozenset[str]] = frozenset({Reason.APPLY_FAILED, Reason.INVALID_CHILD_NAMES, Reason.RECONCILE_ERROR})
+STUCK_REASONS: Final[frozenset[str]] = frozenset({Reason.APPLY_FAILED, Reason.INVALID_CHILD_NAMES, Reason.RECONCILE_ERROR,
+                                                        Reason.PREFLIGHT_HELD})
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import re
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from specdeploy.api.names import DNS1123_LABEL_RE, DNS1123_SUBDOMAIN_RE, is_label_value, qualified_name_problem
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Stage, error, json_type
 
@@ -70,16 +71,20 @@ def spec_of_document(document: dict[str, Any]) -> dict[str, Any]:
 
 # --- whole objects, as `kubectl apply` sends them --------------------------------------------
 
-# k8s.io/apimachinery/pkg/util/validation: IsDNS1123Subdomain (object names, <= 253) and
-# IsDNS1123Label (namespaces, <= 63).
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-DNS1123_SUBDOMAIN_RE = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
-DNS1123_LABEL_RE = re.compile(rf"^{_DNS1123_LABEL}$")
-# The operator names its Service `<name>-api` (a DNS-1035 label, <= 63) and labels every child
-# with the name (a label value, <= 63): a name the API server takes but the children cannot carry.
-CHILD_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-CHILD_NAME_MAX = 63 - len("-api")
 OBJECT_KEYS = ("apiVersion", "kind", "metadata", "spec", "status")
+# k8s.io/apiserver/pkg/server/config.go: MaxRequestBodyBytes, 3 MiB; one object is one request.
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
+# k8s.io/apimachinery/pkg/api/validation/objectmeta.go: TotalAnnotationSizeLimitB.
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+# ObjectMeta's fields (k8s.io/apimachinery/pkg/apis/meta/v1/types.go) and the JSON type of each:
+# the API server's strict field validation (kubectl's default) refuses any other key.
+_STRING, _INTEGER, _STRING_MAP, _LIST = "a string", "an integer", "a mapping of strings to strings", "a list"
+METADATA_FIELDS: dict[str, str] = {
+    "name": _STRING, "generateName": _STRING, "namespace": _STRING, "selfLink": _STRING, "uid": _STRING,
+    "resourceVersion": _STRING, "generation": _INTEGER, "creationTimestamp": _STRING, "deletionTimestamp": _STRING,
+    "deletionGracePeriodSeconds": _INTEGER, "labels": _STRING_MAP, "annotations": _STRING_MAP,
+    "ownerReferences": _LIST, "finalizers": _LIST, "managedFields": _LIST,
+}
 
 
 @dataclass(frozen=True)
@@ -101,10 +106,65 @@ def _name_findings(field: str, value: Any, *, namespace: bool) -> list[Finding]:
     if not pattern.match(value):
         return [_spec_error("object-invalid", field, f"{value!r} is not {what}: lower-case letters, digits and '-'"
                       f"{'' if namespace else ' (and dots between labels)'}, starting and ending with a letter or digit")]
-    if not namespace and (len(value) > CHILD_NAME_MAX or not CHILD_NAME_RE.match(value)):
-        return [_spec_error("name-unusable", field, f"{value!r} is a valid object name, but the operator names its Service '<name>-api' "
-                      f"(a DNS-1035 label): use at most {CHILD_NAME_MAX} characters, starting with a letter, no dots")]
-    return []
+    return []  # every child name is made valid from it (render/labels.py: cut short plus a hash)
+
+
+def _has_type(value: Any, kind: str) -> bool:
+    if value is None:
+        return True  # null: the field unset, as the API server reads it
+    if kind == _STRING:
+        return isinstance(value, str)
+    if kind == _INTEGER:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == _STRING_MAP:
+        return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    return isinstance(value, list)
+
+
+def _map_findings(field: str, entries: dict[str, str], *, labels: bool) -> list[Finding]:
+    findings = []
+    for key, value in entries.items():
+        why = qualified_name_problem(key)
+        if why:
+            findings.append(_spec_error("object-invalid", f"{field}.{key}", f"{key!r} is not a valid key: {why}"))
+        elif labels and not is_label_value(value):
+            findings.append(_spec_error("object-invalid", f"{field}.{key}", f"{value[:80]!r} is not a label value: at most 63 characters "
+                                        "of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (or empty)"))
+    if not labels and sum(len(k) + len(v) for k, v in entries.items()) > MAX_ANNOTATIONS_BYTES:
+        findings.append(_spec_error("object-invalid", field, f"annotations hold at most {MAX_ANNOTATIONS_BYTES // 1024} KiB in all"))
+    return findings
+
+
+def metadata_findings(metadata: dict[str, Any]) -> list[Finding]:
+    """The metadata as the API server validates it: known fields only (strict field
+    validation), each of its type, label and annotation keys and values. The name and
+    namespace have their own rules (`_name_findings`)."""
+    findings = []
+    for key, value in metadata.items():
+        kind = METADATA_FIELDS.get(key)
+        if kind is None:
+            findings.append(_spec_error("object-invalid", f"metadata.{key}", f"unknown field {key!r}: metadata has {', '.join(METADATA_FIELDS)}"))
+        elif key not in ("name", "namespace") and not _has_type(value, kind):
+            findings.append(_spec_error("object-invalid", f"metadata.{key}", f"must be {kind}, got {json_type(value)}"))
+        elif key in ("labels", "annotations") and value:
+            findings += _map_findings(f"metadata.{key}", value, labels=key == "labels")
+    return findings
+
+
+def size_findings(document: dict[str, Any]) -> list[Finding]:
+    """An object over the API server's request limit, naming its largest part of the spec."""
+    size = _json_size(document)
+    if size <= MAX_REQUEST_BYTES:
+        return []
+    spec = document.get("spec") if isinstance(document.get("spec"), dict) else {}
+    parts = {f"spec.{k}": _json_size(v) for k, v in spec.items()}
+    largest = max(parts, key=parts.__getitem__, default="spec")
+    return [_spec_error("object-too-large", largest, f"the object is {size / 2**20:.1f} MiB as JSON, {largest} {parts.get(largest, 0) / 2**20:.1f} MiB "
+                        f"of it; the API server takes at most {MAX_REQUEST_BYTES // 2**20} MiB per object: move large configs to ConfigMaps")]
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
 
 
 def envelope_findings(document: dict[str, Any]) -> list[Finding]:
@@ -136,13 +196,14 @@ def parse_object(document: Any, *, default_namespace: str = "default", namespace
     if is_bare_spec(document):
         spec, findings = parse_spec(spec_of_document(document))
         return ParsedObject("specdeploy", namespace_override or default_namespace, spec, tuple(findings))
-    findings = envelope_findings(document)
+    findings = envelope_findings(document) + size_findings(document)
     metadata = document.get("metadata")
     name: Any = ""
     namespace: Any = namespace_override or default_namespace
     if not isinstance(metadata, dict):
         findings.append(_spec_error("object-invalid", "metadata", "field required: a mapping with at least name"))
     else:
+        findings += metadata_findings(metadata)
         if "name" not in metadata:
             findings.append(_spec_error("object-invalid", "metadata.name", "field required"))
         else:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from specdeploy.api.names import QUALIFIED_NAME_RULE, is_dns1123_subdomain, is_label_value, qualified_name_problem
 from specdeploy.vllm import DEFAULT_IMAGE
 from specdeploy.vllm.methods import METHODS as METHOD_TABLE
 from specdeploy.vllm.methods import Method as SpeculativeMethod
@@ -249,6 +250,58 @@ class SchedulingSpec(SpecModel):
     priority_class_name: str | None = Field(None, description="PriorityClass of the vLLM pods.", max_length=253)
     runtime_class_name: str | None = Field(None, description="RuntimeClass of the vLLM pods (e.g. nvidia).", max_length=253)
 
+    # What the pod spec takes of these, checked here: passed through unchecked, a bad value
+    # was a spec the operator accepted and a Deployment the API server refused.
+    @field_validator("node_selector")
+    @classmethod
+    def _node_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            why = qualified_name_problem(key)
+            if why:
+                raise ValueError(f"{key!r} is not a label key: {why}")
+            if not is_label_value(label):
+                raise ValueError(f"{key}: {label[:80]!r} is not a label value (at most 63 characters; {QUALIFIED_NAME_RULE}, or empty)")
+        return value
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from kubernetes.client.models.v1_toleration import V1Toleration  # the Kubernetes type, strict (pydantic)
+
+        for index, item in enumerate(value):
+            _as_kubernetes(V1Toleration, item, f"[{index}]")
+        return value
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from kubernetes.client.models.v1_affinity import V1Affinity
+
+        if value is not None:
+            _as_kubernetes(V1Affinity, value, "")
+        return value
+
+    @field_validator("priority_class_name", "runtime_class_name")
+    @classmethod
+    def _object_name(cls, value: str | None) -> str | None:
+        if value and not is_dns1123_subdomain(value):  # empty: unset (the pod does not carry it)
+            raise ValueError(f"{value[:80]!r} is not an object name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.')")
+        return value
+
+
+def _as_kubernetes(model: Any, value: Any, where: str) -> None:
+    """Raise a ValueError naming the first field of `value` that the Kubernetes type refuses
+    (an unknown field, a wrong type), as the API server would refuse the pod."""
+    from pydantic import ValidationError
+
+    try:
+        model.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(p) for p in first["loc"])
+        what = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ValueError(f"{where}{'.' if where and path else ''}{path}: {what} (a Kubernetes {model.__name__[2:]})") from None
+
 
 IntOrPercent = Union[int, str]
 
@@ -267,6 +320,22 @@ class RolloutSpec(SpecModel):
         return value
 
 
+PreflightMode = Literal["Required", "BestEffort", "Disabled"]
+
+
+class PreflightResourcesSpec(SpecModel):
+    cpu: str = Field("1", pattern=QUANTITY, max_length=32, description="CPU request of the preflight pod (a Kubernetes quantity). It only parses args and builds the models on the meta device.")
+    memory: str = Field("4Gi", pattern=QUANTITY, max_length=32, description="Memory request and limit of the preflight pod: vLLM's import plus the meta-device build, no weights (0.7 GiB for Kimi-K3 + DSpark on the CPU build, bench/RESULTS.md; a CUDA image maps larger libraries).")
+
+
+class PreflightSpec(SpecModel):
+    """The image's own vLLM judges the exact pod args on CPU before any GPU workload is created."""
+
+    mode: PreflightMode = Field("BestEffort", description="Required: no GPU workload until the image's vLLM accepts the args. BestEffort: as Required, but when the preflight Job cannot run (image pull failure, no capacity, its deadline) the fast rules decide and a condition says so. Disabled: the fast rules alone decide.")
+    resources: PreflightResourcesSpec = Field(default_factory=PreflightResourcesSpec, description="CPU and memory of the preflight pod (it requests no GPU).")
+    deadline_seconds: int = Field(1800, ge=60, le=86400, description="activeDeadlineSeconds of the preflight Job: pulling a multi-GB vLLM image on a new node is most of it.")
+
+
 class SpeculativeDeploymentSpec(SpecModel):
     """Desired state: a target model served by vLLM with a speculative draft attached."""
 
@@ -283,3 +352,4 @@ class SpeculativeDeploymentSpec(SpecModel):
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Volume for the Hugging Face model cache.")
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Where the vLLM pods run.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rolling update limits.")
+    preflight: PreflightSpec = Field(default_factory=PreflightSpec, description="Before the first GPU workload of a new image, args and configs: a CPU Job from spec.image runs the image's own vLLM on the exact args (spec.scheduling places it, so it also pre-pulls the image).")

@@ -22,7 +22,7 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 class Condition(SpecModel):
     """One observation in the standard Kubernetes condition shape."""
 
-    type: ConditionType = Field(description="Validated, Planned, Progressing, Available, Ready (the summary), the kstatus pair Reconciling and Stalled, or SpeculationEffective (from the pods' acceptance counters).")
+    type: ConditionType = Field(description="Validated, Planned, Preflight (the image's own vLLM on the exact args), Progressing, Available, Ready (the summary), the kstatus pair Reconciling and Stalled, or SpeculationEffective (from the pods' acceptance counters).")
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase machine-readable reason for the last transition.", max_length=1024)
     message: str = Field("", description="Human-readable details.", max_length=32768)
@@ -56,6 +56,31 @@ class KPrediction(SpecModel):
     extrapolated: bool = Field(False, description="k lies beyond the positions vLLM counted; its acceptance is extrapolated conservatively.")
 
 
+class BatchSizePrediction(SpecModel):
+    """The cost model's pick for one batch size (sequences decoding together on one replica)."""
+
+    batch_size: int = Field(ge=1, description="Running sequences per replica.")
+    recommended_num_speculative_tokens: int = Field(ge=0, description="The k with the highest predicted throughput at this batch size; 0: serving without speculation is faster.")
+    predicted_speedup: float = Field(description="Predicted throughput at that k over serving without speculation (1.0 when k is 0).")
+
+
+class BatchSizeShare(SpecModel):
+    batch_size: int = Field(ge=1, description="Upper bound of the power-of-two bucket (readings above the previous bound up to this one).")
+    share: float = Field(ge=0, le=1, description="Share of the readings in this bucket.")
+
+
+class ObservedLoad(SpecModel):
+    """The batch sizes the serving ran, from vllm:num_requests_running, over the same window as the acceptance."""
+
+    samples: int = Field(ge=0, description="Readings (one per engine per scrape) with at least one running request.")
+    typical_batch_size: float = Field(ge=0, description="The median reading: the batch most decoding steps ran at.")
+    p90_batch_size: float = Field(ge=0, description="The 90th percentile reading.")
+    max_batch_size: float = Field(ge=0, description="The largest reading.")
+    distribution: list[BatchSizeShare] = Field(default_factory=list, max_length=32, description="Readings per power-of-two bucket.")
+    recommended_num_speculative_tokens: int | None = Field(None, ge=0, description="The cost model's k at the typical batch size (0: speculation off is faster).")
+    predicted_speedup: float | None = Field(None, description="Predicted throughput of the k in force at the typical batch size, over serving without speculation.")
+
+
 class SpeculationStatus(SpecModel):
     """Acceptance as vLLM counted it on the serving pods, over a sliding window, and what
     the goodput model makes of it. Written only when the counters move."""
@@ -78,6 +103,24 @@ class SpeculationStatus(SpecModel):
     num_speculative_tokens: int | None = Field(None, ge=1, description="The k in force (with numSpeculativeTokens: auto, the operator's choice).")
     num_speculative_tokens_reason: str | None = Field(None, description="Why that k is in force.", max_length=1024)
     num_speculative_tokens_changed_at: str | None = Field(None, description="When auto mode last changed k (it changes k at most once an hour).", max_length=64, json_schema_extra={"format": "date-time"})
+    by_batch_size: list[BatchSizePrediction] = Field(default_factory=list, max_length=32, description="The cost model's best k and speedup per batch size (powers of two up to the serving's max sequences); k never rises as the batch grows.")
+    crossover_batch_size: int | None = Field(None, ge=1, description="The smallest batch size at which no k pays: from there on serving without speculation is faster.")
+    observed_load: ObservedLoad | None = Field(None, description="The batch sizes vLLM reported running over the window, and the cost model's verdict there.")
+    cost_model: str | None = Field(None, description="What the cost model assumed: GPU roofline, context per sequence, acceptance source; or why it could not run.", max_length=1024)
+
+
+class PreflightStatus(SpecModel):
+    """The verdict of the image's own vLLM on one (image, args, configs) combination: kept so
+    that a resync or an operator restart starts no second Job for it."""
+
+    key: str = Field(description="sha256 of the image, the rendered vLLM args, the models' configs and the GPU memory judged.", max_length=64)
+    image: str = Field(description="The image the preflight Job ran (spec.image).", max_length=512)
+    job: str = Field(description="The preflight Job's name.", max_length=253)
+    outcome: Literal["Running", "Passed", "Refused", "CouldNotRun"] = Field(description="Running, Passed (vLLM accepted the args), Refused (vLLM refused them) or CouldNotRun (the Job could not run: image pull, capacity, deadline, a judge error).")
+    stage: str | None = Field(None, description="Where vLLM refused: args, config, load or memory.", max_length=32)
+    message: str | None = Field(None, description="vLLM's own error text, or why the Job could not run.", max_length=4096)
+    vllm_version: str | None = Field(None, description="vllm.__version__ inside the image: it replaces the image tag's guess for later judgements of this object.", max_length=128)
+    memory: dict[str, Any] | None = Field(None, description="The memory figures the image's vLLM computed per GPU.", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
 
 
 class SpeculativeDeploymentStatus(SpecModel):
@@ -85,7 +128,7 @@ class SpeculativeDeploymentStatus(SpecModel):
 
     observed_generation: int | None = Field(None, ge=0, description="The .metadata.generation the operator last acted on.")
     # listType map keyed by type: one condition per type, and server-side apply merges by type.
-    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Validated, Planned, Progressing, Available, Ready, the kstatus pair, and SpeculationEffective.",
+    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Validated, Planned, Preflight, Progressing, Available, Ready, the kstatus pair, and SpeculationEffective.",
                                         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     plan: dict[str, Any] | None = Field(None, description="The parallelism and memory plan with every decision explained (same shape as `specdeploy plan`).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     findings: list[FindingStatus] = Field(default_factory=list, max_length=256, description="Validation findings for the current spec.")
@@ -94,4 +137,5 @@ class SpeculativeDeploymentStatus(SpecModel):
     selector: str | None = Field(None, description="Label selector of the serving pods (scale subresource, for HPA/KEDA).", max_length=1024)
     endpoint: str | None = Field(None, description="In-cluster URL of the OpenAI-compatible API.", max_length=512)
     workload: str | None = Field(None, description="The workload serving the model, as Kind/name.", max_length=512)
+    preflight: PreflightStatus | None = Field(None, description="The image's own vLLM's verdict on the exact args (spec.preflight).")
     speculation: SpeculationStatus | None = Field(None, description="Acceptance counted by vLLM on the serving pods, and the goodput model's verdict and recommended k.")

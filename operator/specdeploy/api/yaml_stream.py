@@ -23,6 +23,8 @@ MAX_DEPTH = 64
 # Per document, aliases expanded; a large inline config is a few thousand nodes (Kimi-K3's
 # whole CR: ~1,500). Parsing 100k takes ~1 s: the bound keeps any document well inside 10 s.
 MAX_NODES = 100_000
+# The whole stream (several objects, each sent as its own request): parsing stays bounded. Each
+# object is then held to the API server's 3 MiB request limit (api/parse.py MAX_REQUEST_BYTES).
 MAX_BYTES = 8 * 1024 * 1024
 # Python refuses to convert integers over 4300 digits (a ValueError naming no line).
 MAX_NUMBER_CHARS = 100

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from specdeploy.api.conditions import (
-    AVAILABLE, CONDITION_TYPES, PROGRESSING, READY, RECONCILING, SPEC_CONDITIONS, STALLED, STUCK_REASONS,
+    AVAILABLE, CONDITION_TYPES, PREFLIGHT, PROGRESSING, READY, RECONCILING, SPEC_CONDITIONS, STALLED, STUCK_REASONS,
     UNKNOWN, VALIDATED, Reason, Verdict,
 )
 from specdeploy.api.status import Condition
@@ -80,6 +80,8 @@ def ready_verdict(verdicts: Verdicts, workload: WorkloadState | None) -> Verdict
     if progressing is not None and progressing.status == "False" and progressing.reason in STUCK_REASONS:
         return Verdict("False", progressing.reason, progressing.message)
     if workload is None:
+        if progressing is not None and progressing.status == "True" and progressing.reason != Reason.CREATING:
+            return Verdict("Unknown", progressing.reason, progressing.message)  # e.g. waiting for the preflight
         return Verdict("Unknown", Reason.CREATING, "the workload is being created")
     if workload.rolled_out and workload.desired > 0:
         return Verdict("True", Reason.SERVING, verdicts[AVAILABLE].message)
@@ -152,6 +154,8 @@ def condition_events(previous: list[dict[str, Any]], current: list[dict[str, Any
         stale = cond["reason"] == Reason.CONFIG_REFRESH_RETRYING
         if kind == VALIDATED and stale and (old or {}).get("reason") != Reason.CONFIG_REFRESH_RETRYING:
             events.append(("Warning", cond["reason"], message))
+        elif kind == PREFLIGHT and cond["reason"] == Reason.COULD_NOT_RUN and (old or {}).get("reason") != Reason.COULD_NOT_RUN:
+            events.append(("Warning", cond["reason"], message))  # Unknown (BestEffort) or False (Required)
         elif old is None or old.get("status") != status:
             events += _transition_event(kind, status, old, cond["reason"], message)
     return events

@@ -56,6 +56,10 @@ class KubeTemporaryError(kopf.TemporaryError):
         self.status = status
 
 
+class NotLeading(KubeTemporaryError):
+    """A write refused before it was sent: leadership was lost (or never held)."""
+
+
 class KubePermanentError(kopf.PermanentError):
     """The API server refused the request for good (400/422: the body is wrong)."""
 
@@ -76,7 +80,7 @@ class Kind:
 
     def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
         root = f"/apis/{self.api_group}/{self.version}" if self.api_group else f"/api/{self.version}"
-        path = f"{root}/namespaces/{namespace}/{self.plural}"
+        path = f"{root}/namespaces/{namespace}/{self.plural}" if namespace else f"{root}/{self.plural}"  # "": cluster-scoped
         if name is not None:
             path += f"/{name}"
         if subresource is not None:
@@ -92,8 +96,12 @@ KINDS: dict[str, Kind] = {
     "ConfigMap": Kind("", "v1", "configmaps"),
     "Secret": Kind("", "v1", "secrets"),
     "Pod": Kind("", "v1", "pods"),
+    "ReplicaSet": Kind("apps", "v1", "replicasets"),
+    "StatefulSet": Kind("apps", "v1", "statefulsets"),
+    "Job": Kind("batch", "v1", "jobs"),
     "Event": Kind("", "v1", "events"),
     "SpeculativeDeployment": Kind(API_GROUP, API_VERSION, PLURAL),
+    "ValidatingWebhookConfiguration": Kind("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"),
 }
 
 
@@ -102,8 +110,12 @@ class Kube:
     Coroutines: call them on the loop the client was first used on (kopf's)."""
 
     def __init__(self, configuration: Configuration, *, read_secrets: bool = False,
-                 on_response: Callable[[str, str, int], None] | None = None):
+                 on_response: Callable[[str, str, int], None] | None = None,
+                 may_write: Callable[[], bool] | None = None, keeps_webhook_certificate: bool = False):
         self.configuration = configuration
+        self.keeps_webhook_certificate = keeps_webhook_certificate
+        # The fence (controller/leader.py Leadership.holds): asked before every write; None: always.
+        self.may_write = may_write
         self.read_secrets = read_secrets
         self.on_response = on_response  # (method, kind, HTTP status): the metrics hook
         self.timeout = request_timeout()
@@ -197,9 +209,12 @@ class Kube:
     ) -> dict[str, Any] | None:
         kind = KINDS[kind_name]
         resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
-        if not allows(kind.api_group, resource, verb, with_secrets=self.read_secrets):
+        if not allows(kind.api_group, resource, verb, with_secrets=self.read_secrets,
+                      with_webhook_certificate=self.keeps_webhook_certificate):
             raise AssertionError(f"{verb} {kind.api_group or 'core'}/{resource} is not in PERMISSIONS")
         where = f"{kind_name} {namespace}/{name or (body or {}).get('metadata', {}).get('name')}"
+        if method != "GET" and self.may_write is not None and not self.may_write():
+            raise NotLeading(f"{method} {where}: refused, this replica does not hold the Lease")
         connect, read = self.timeout
         if timeout is not None:
             connect, read = min(connect, timeout), min(read, timeout)

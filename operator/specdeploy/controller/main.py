@@ -1,5 +1,11 @@
-"""The kopf wiring: an explicit registry, startup settings, login, the reconcile handler and
-the readiness mirror. `run()` is what `specdeploy run` and `python -m specdeploy.demo` call.
+"""The kopf wiring: two explicit registries, startup settings, login, the reconcile handler
+and the readiness mirror. `run()` is what `specdeploy run` and `python -m specdeploy.demo` call.
+
+A process runs two kopf instances, each in its own thread and loop: the front (`front`: the
+liveness endpoint and the validating webhook, in every replica, leader or standby) and the
+controller (`registry`: every handler and the telemetry, only while this replica leads). The
+main thread turns SIGTERM into a stop bounded at SHUTDOWN_S and gives the Lease up; the
+controller's client refuses writes once leadership is lost (controller/leader.py).
 
 Handlers are thin and asynchronous: they take the client from `memo`, run the reconcile as
 `attempt.reconcile_once` does for every caller (a slot, the time budget
@@ -15,27 +21,33 @@ status.speculation) is one operator-wide loop, registered by `telemetry.register
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import signal
 import threading
-from typing import Any
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import kopf
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
-from specdeploy.controller import LOG_FORMATS, env, leader, telemetry, webhook
+from specdeploy.controller import LOG_FORMATS, certificates, env, leader, telemetry, webhook
 from specdeploy.controller.attempt import reconcile_once, utc_now as _now
 from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration, request_timeout
 from specdeploy.controller.metrics import METRICS, METRICS_PORT
-from specdeploy.controller.offload import reconcile_budget
+from specdeploy.controller.offload import OffLoop, reconcile_budget
 from specdeploy.controller.reconcile import Reconciler
 from specdeploy.controller import state
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL
 
 registry = kopf.OperatorRegistry()
+logger = logging.getLogger("specdeploy.operator")
 
 # Opt-in (chart value): read spec.hfTokenSecretRef's Secret to fetch configs of gated repos.
 READ_SECRETS_ENV = "SPECDEPLOY_READ_HF_TOKEN_SECRETS"
@@ -45,7 +57,8 @@ BACKOFF_SCALE_ENV = "SPECDEPLOY_BACKOFF_SCALE"
 BACKOFF_SCALE = env.Number(BACKOFF_SCALE_ENV, 1.0, minimum=0)
 LOG_FORMAT_ENV = "SPECDEPLOY_LOG_FORMAT"  # text (default) | json
 # kind -> (first delay, cap) in seconds.
-BACKOFF = {"api": (2.0, 120.0), "source": (15.0, 600.0), "slow": (30.0, 600.0)}
+# "preflight": polling a running preflight Job (most of its minute or two is the image pull).
+BACKOFF = {"api": (2.0, 120.0), "source": (15.0, 600.0), "slow": (30.0, 600.0), "preflight": (5.0, 30.0)}
 
 
 @kopf.on.startup(registry=registry)
@@ -70,15 +83,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # by default, so a burst of creates keeps every CR and child alive at once (bench/RESULTS.md).
     settings.queueing.idle_timeout = 0.5
     memo.budget_s = reconcile_budget()
+    leadership: leader.Leadership | None = getattr(memo, "leadership", None)
     memo.kube = Kube(load_configuration(), read_secrets=os.environ.get(READ_SECRETS_ENV, "").lower() == "true",
-                     on_response=METRICS.on_response)
+                     on_response=METRICS.on_response, may_write=None if leadership is None else leadership.holds,
+                     keeps_webhook_certificate=certificates.Placement.from_env() is not None)
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
     memo.desired, memo.configs, memo.evaluations = memory.desired, memory.configs, memory.evaluations
     memo.offload, memo.slots, memo.status = memory.offload, memory.slots, memory.status
-    # The validating webhook (controller/webhook.py), when the chart enables it.
-    settings.admission.server = webhook.server_from_env()
-    if webhook.enabled():
-        webhook.warm_up()
     _warm_up()
 
 
@@ -103,9 +114,12 @@ def _warm_up() -> None:
 
 
 def _api_client() -> k8s_client.ApiClient:
-    """The official synchronous client: only leader election uses it, in its own thread,
-    before and beside kopf's loop (the `leaderelection` module is written for it)."""
-    return k8s_client.ApiClient(load_configuration())
+    """The official synchronous client: only leader election uses it, in its own threads,
+    beside kopf's loops. No hidden retries (urllib3 retries a GET 3 times by default): each
+    Lease call ends within the timeout the elector gives it, before the renew deadline."""
+    configuration = load_configuration()
+    configuration.retries = 0
+    return k8s_client.ApiClient(configuration)
 
 
 @kopf.on.login(registry=registry)
@@ -207,6 +221,16 @@ def configure_logging(log_format: str) -> None:
     objects = logging.getLogger("kopf.objects")
     if not any(isinstance(f, _QuietWatchHandlers) for f in objects.filters):
         objects.addFilter(_QuietWatchHandlers())
+    reactor = logging.getLogger("kopf._core.reactor.running")
+    if not any(isinstance(f, _SignalsAreOurs) for f in reactor.filters):
+        reactor.addFilter(_SignalsAreOurs())
+
+
+class _SignalsAreOurs(logging.Filter):
+    """kopf runs in threads here and warns that it ignores OS signals: `run` handles them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("OS signals are ignored")
 
 
 class _QuietWatchHandlers(logging.Filter):
@@ -221,8 +245,61 @@ class _QuietWatchHandlers(logging.Filter):
         return not any(record.msg.startswith(f"Handler '{id_}' succeeded") for id_ in self._IDS)
 
 
-webhook.register(registry)
 telemetry.register(registry)
+
+
+@kopf.on.startup(registry=registry)
+async def keep_webhook_certificate(memo: kopf.Memo, **_: Any) -> None:
+    """The leader keeps the webhook's certificate and caBundle when the chart asks it to
+    (no cert-manager): controller/certificates.py."""
+    where = certificates.Placement.from_env()
+    if where is not None:
+        memo.certificate_task = asyncio.create_task(certificates.keep(memo.kube, where), name="specdeploy-webhook-certificate")
+
+
+@kopf.on.cleanup(registry=registry)
+async def stop_keeping_webhook_certificate(memo: kopf.Memo, **_: Any) -> None:
+    task = getattr(memo, "certificate_task", None)
+    if task is not None:
+        task.cancel()
+
+# -- the front: what every replica serves, leader or standby ---------------------------------
+# kopf's liveness endpoint and the validating webhook: validation needs no leadership, so the
+# webhook Service may route to any replica. Its client never writes (`_never`).
+front = kopf.OperatorRegistry()
+kopf.on.login(registry=front)(login)
+kopf.on.cleanup(registry=front)(close)
+
+
+def _never() -> bool:
+    return False
+
+
+@kopf.on.startup(registry=front)
+async def configure_front(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """The webhook server (when the chart enables it) and the read-only client its ConfigMap
+    lookups use; no watches, no Events."""
+    settings.scanning.disabled = True
+    settings.posting.enabled = False
+    settings.networking.request_timeout = request_timeout()[1]
+    settings.admission.server = webhook.server_from_env()
+    memo.kube = Kube(load_configuration(), on_response=METRICS.on_response, may_write=_never)
+    memo.offload = OffLoop()
+    if webhook.enabled():
+        webhook.warm_up()
+
+
+# -- the process -------------------------------------------------------------------------------
+# SIGTERM to exit: the controller gets this long to stop (in flight reconciles are cancelled),
+# the whole process SHUTDOWN_S; the kubelet's grace period is 30 s, the promise 5 s.
+CONTROLLER_STOP_S = 2.5
+SHUTDOWN_S = 4.0
+
+
+@dataclass(frozen=True)
+class _Scope:
+    namespaces: tuple[str, ...]
+    all_namespaces: bool
 
 
 def run(
@@ -234,10 +311,10 @@ def run(
     stop_flag: threading.Event | None = None,
     log_format: str | None = None,
 ) -> None:
-    """Run the operator until stopped. kopf runs standalone (its peering is not leader
-    election); with SPECDEPLOY_LEADER_ELECTION=true this replica first waits for the Lease
-    (controller/leader.py), so the chart can run two. SPECDEPLOY_METRICS_PORT serves /metrics
-    and /readyz."""
+    """Run the operator until stopped (SIGTERM/SIGINT, or `stop_flag`). Every replica serves
+    the front (liveness, webhook, /metrics and /readyz); the controller (kopf's handlers, the
+    telemetry) runs while this replica leads: always with one replica, while it holds the Lease
+    with SPECDEPLOY_LEADER_ELECTION=true (controller/leader.py)."""
     if not namespaces and not all_namespaces:
         raise ValueError("give --namespace at least once, or --all-namespaces")
     env.check()  # every numeric setting, before anything starts
@@ -246,43 +323,136 @@ def run(
         api_client = _api_client()
     except k8s_config.ConfigException as exc:
         raise ValueError(f"no Kubernetes credentials ({exc}): set KUBECONFIG, or run in a pod with a service account") from exc
-    port = METRICS_PORT.get_int()
-    server = METRICS.serve(port) if port else None
-    METRICS.ready.set()  # serving (as leader or standby)
-
-    def operate(stop: threading.Event) -> None:
-        kopf.run(
-            registry=registry,
-            standalone=True,
-            clusterwide=all_namespaces,
-            namespaces=[] if all_namespaces else list(namespaces),
-            liveness_endpoint=liveness,
-            ready_flag=ready_flag,
-            stop_flag=stop,
-        )
-
+    scope = _Scope(tuple(namespaces), all_namespaces)
     stop = stop_flag or threading.Event()
+    port = METRICS_PORT.get_int()
+    METRICS.webhook_serving = webhook.SERVING if webhook.enabled() else None
+    server = METRICS.serve(port) if port else None
+    restore_signals = _stop_on_signals(stop)
+    front_thread = _kopf_thread("specdeploy-front", front, scope, stop, liveness_endpoint=liveness, ready_flag=METRICS.ready)
     try:
         if leader.enabled():
-            namespace = (os.environ.get(leader.LEASE_NAMESPACE_ENV) or os.environ.get("POD_NAMESPACE")
-                         or (namespaces[0] if namespaces else "default"))
-            leader.run_as_leader(lambda lost: operate(_either(stop, lost)), api_client, namespace)
+            _lead_when_elected(api_client, _lease_namespace(namespaces), scope, stop, ready_flag)
         else:
-            operate(stop)
+            _control(scope, leader.Leadership.always(), stop, ready_flag)
     finally:
+        stop.set()
+        front_thread.join(CONTROLLER_STOP_S)
+        METRICS.ready.clear()
         api_client.close()
         if server is not None:
             server.shutdown()
+        restore_signals()
+    if _SIGNALLED.is_set():  # the shipped process: nothing is left to flush but the log, and
+        logging.shutdown()  # the interpreter's teardown of a loaded process takes seconds under load
+        os._exit(0)
 
 
-def _either(a: threading.Event, b: threading.Event) -> threading.Event:
-    """An event set as soon as `a` or `b` is (kopf takes one stop flag)."""
-    both = threading.Event()
+def _lease_namespace(namespaces: list[str]) -> str:
+    return (os.environ.get(leader.LEASE_NAMESPACE_ENV) or os.environ.get("POD_NAMESPACE")
+            or (namespaces[0] if namespaces else "default"))
+
+
+def _lead_when_elected(api_client: k8s_client.ApiClient, namespace: str, scope: _Scope, stop: threading.Event,
+                       ready_flag: threading.Event | None) -> None:
+    """Wait as a standby until this replica holds the Lease, then control until stopped; give
+    the Lease up once the controller has stopped writing, so a standby takes over at once."""
+    elector = leader.Elector(k8s_client.CoordinationV1Api(api_client), namespace, leader.identity(), leader.Timing.from_env())
+    if not elector.acquire(stop):
+        return
+    leader.watchdog(elector.leadership, stop, _fenced)
+    threading.Thread(target=elector.keep, args=(stop,), name="specdeploy-lease-renewer", daemon=True).start()
+    if _control(scope, elector.leadership, stop, ready_flag):
+        elector.release()
+
+
+def _fenced() -> None:
+    """The renew deadline passed without a renewal: writes are already refused
+    (Leadership.holds); end the process now, kopf's own writes with it, before the Lease
+    expires for the others. The kubelet restarts it as a standby."""
+    logger.error("Could not renew the Lease within the renew deadline: exiting (status %d) so that no two replicas act",
+                 leader.FENCED_EXIT)
+    logging.shutdown()
+    os._exit(leader.FENCED_EXIT)
+
+
+def _control(scope: _Scope, leadership: leader.Leadership, stop: threading.Event, ready_flag: threading.Event | None) -> bool:
+    """Run the controller until `stop` (or until it ends by itself, which stops the process).
+    True when it stopped within CONTROLLER_STOP_S."""
+    METRICS.leading.set()
+    thread = _kopf_thread("specdeploy-controller", registry, scope, stop, ready_flag=ready_flag,
+                          memo=kopf.Memo(leadership=leadership))
+    while thread.is_alive() and not stop.wait(0.5):
+        pass
+    stop.set()
+    thread.join(CONTROLLER_STOP_S)
+    METRICS.leading.clear()
+    return not thread.is_alive()
+
+
+def _kopf_thread(name: str, reg: kopf.OperatorRegistry, scope: _Scope, stop: threading.Event, **kwargs: Any) -> threading.Thread:
+    """kopf in its own thread and event loop, stopped by `stop`; its end sets `stop` (the
+    front and the controller live and die together). A daemon: a hung handler never holds the
+    process past its shutdown."""
+
+    def target() -> None:
+        try:
+            asyncio.run(_operate(reg, scope, stop, **kwargs))
+        finally:
+            stop.set()
+
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+async def _operate(reg: kopf.OperatorRegistry, scope: _Scope, stop: threading.Event, **kwargs: Any) -> None:
+    # kopf waits for a threading.Event in an executor thread that asyncio.run then joins: one
+    # that is never set would keep the process alive after SIGTERM. An asyncio.Event, set from
+    # a daemon thread, leaves nothing to join.
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
 
     def relay() -> None:
-        while not both.is_set():
-            if a.wait(0.2) or b.is_set():
-                both.set()
+        stop.wait()
+        with contextlib.suppress(RuntimeError):  # the loop already closed
+            loop.call_soon_threadsafe(stopping.set)
 
-    threading.Thread(target=relay, daemon=True).start()
-    return both
+    threading.Thread(target=relay, name="specdeploy-stop-relay", daemon=True).start()
+    await kopf.operator(registry=reg, standalone=True, clusterwide=scope.all_namespaces,
+                        namespaces=[] if scope.all_namespaces else list(scope.namespaces), stop_flag=stopping, **kwargs)
+
+
+_SIGNALLED = threading.Event()  # SIGTERM/SIGINT arrived (main thread only)
+
+
+def _stop_on_signals(stop: threading.Event) -> Callable[[], None]:
+    """SIGTERM (the kubelet) and SIGINT set `stop`; in the main thread only (the shipped
+    process), as Python allows. Returns what puts the previous handlers back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def on_signal(*_: Any) -> None:
+        if not stop.is_set():
+            _SIGNALLED.set()
+            stop.set()
+            threading.Thread(target=_exit_after, args=(SHUTDOWN_S,), name="specdeploy-shutdown-deadline", daemon=True).start()
+
+    for sig in previous:
+        signal.signal(sig, on_signal)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
+def _exit_after(seconds: float) -> None:
+    """The bound on a stop: whatever still runs then (a handler stuck in a read, a pool's
+    worker the interpreter would wait for) does not keep the pod in Terminating."""
+    time.sleep(seconds)
+    logger.warning("Still stopping %.1f s after the signal: exiting now", seconds)
+    logging.shutdown()
+    os._exit(0)

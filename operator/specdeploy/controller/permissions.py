@@ -34,14 +34,22 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("leaderworkerset.x-k8s.io", "leaderworkersets", ("get", "list", "watch", "create", "patch", "delete")),
     Permission("", "services", ("get", "list", "watch", "create", "patch", "delete")),
     Permission("policy", "poddisruptionbudgets", ("get", "list", "watch", "create", "patch", "delete")),
-    # Model configs given as spec.target.configMapRef / spec.draft.configMapRef.
-    Permission("", "configmaps", ("get",)),
+    # Model configs given as spec.target.configMapRef / spec.draft.configMapRef (get); the
+    # preflight's ConfigMap (the judge, its request and the configs read), deleted once judged.
+    Permission("", "configmaps", ("get", "create", "delete")),
+    # The preflight Job (controller/preflight.py): started once per image + args + configs, read
+    # until it ends; its TTL removes it.
+    Permission("batch", "jobs", ("get", "create")),
     # Leader election (two replicas, one active): the Lease in the operator's namespace.
     # The renewal is a merge patch carrying the resourceVersion it read (controller/leader.py).
     Permission("coordination.k8s.io", "leases", ("get", "create", "patch")),
     # The serving pods: the telemetry lists them for each ready leader pod's IP and reads its
-    # /metrics there (list only: it never reads one pod by name).
+    # /metrics there, and the preflight pod for its termination message (list only: never one
+    # pod by name). It reads only the pods its workload owns, through the owner chain: a
+    # Deployment's ReplicaSets, a LeaderWorkerSet's leader StatefulSet (controller/scrape.py).
     Permission("", "pods", ("list",)),
+    Permission("apps", "replicasets", ("list",)),
+    Permission("apps", "statefulsets", ("list",)),
     # Events for warnings and meaningful condition transitions (kopf posts them to core/v1 events).
     Permission("", "events", ("create",)),
 )
@@ -51,7 +59,17 @@ PERMISSIONS: tuple[Permission, ...] = (
 SECRETS_PERMISSION = Permission("", "secrets", ("get",))
 
 
-def allows(api_group: str, resource: str, verb: str, *, with_secrets: bool = True) -> bool:
+# When the operator keeps the webhook's certificate (the chart without cert-manager,
+# controller/certificates.py): its Secret in the release namespace and the caBundle of its
+# ValidatingWebhookConfiguration. The chart narrows get/patch to those names.
+WEBHOOK_CERTIFICATE_PERMISSIONS: tuple[Permission, ...] = (
+    Permission("", "secrets", ("get", "create", "patch")),
+    Permission("admissionregistration.k8s.io", "validatingwebhookconfigurations", ("get", "patch")),
+)
+
+
+def allows(api_group: str, resource: str, verb: str, *, with_secrets: bool = True, with_webhook_certificate: bool = False) -> bool:
     """True when the declared permissions cover this call (used by the client layer)."""
-    rules = PERMISSIONS + ((SECRETS_PERMISSION,) if with_secrets else ())
+    rules = (PERMISSIONS + ((SECRETS_PERMISSION,) if with_secrets else ())
+             + (WEBHOOK_CERTIFICATE_PERMISSIONS if with_webhook_certificate else ()))
     return any(p.api_group == api_group and p.resource == resource and verb in p.verbs for p in rules)

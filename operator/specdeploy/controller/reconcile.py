@@ -1,7 +1,8 @@
 """One reconcile for create, update and resume, as named steps: parse -> resolve configs ->
-judge (validation + plan) -> apply (render, apply, prune) -> status. Each step reads and fills
-one `Pass`; a step that settles the verdict (an invalid spec, a config not readable yet, a
-failed apply) stops the pass, and the status step always runs. A new step goes in
+judge (validation + plan) -> preflight (the image's own vLLM on the exact args, once per
+combination: controller/preflight.py) -> apply (render, apply, prune) -> status. Each step
+reads and fills one `Pass`; a step that settles the verdict (an invalid spec, a config not
+readable yet, a refusal, a failed apply) stops the pass, and the status step always runs. A new step goes in
 `Reconciler.steps`, in flow order. The readiness mirror keeps status in step with the workload
 between reconciles, and `heal` puts back a child that drifted or vanished.
 
@@ -23,9 +24,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
-from specdeploy.api.conditions import PLANNED, PROGRESSING, READY, SPEC_CONDITIONS, UNKNOWN, VALIDATED, Reason, Verdict
+from specdeploy.api.conditions import PLANNED, PREFLIGHT, PROGRESSING, READY, SPEC_CONDITIONS, UNKNOWN, VALIDATED, Reason, Verdict
 from specdeploy.api.parse import parse_spec
 from specdeploy.api.spec import KIND, SpeculativeDeploymentSpec
+from specdeploy.controller import preflight as gate
 from specdeploy.controller import state
 from specdeploy.controller.apply import Applied, apply_child, covers, owned_by, owned_children, prune
 from specdeploy.controller.config_reads import ConfigReads
@@ -44,6 +46,7 @@ from specdeploy.controller.offload import BUDGET_ENV, OffLoop
 from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests, StatusWriters
 from specdeploy.findings import VALIDATION_STAGES, Finding, Severity
 from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
+from specdeploy.preflight.request import judge_request
 from specdeploy.render import endpoint, invalid_names, render_manifests, selector_string
 from specdeploy.sources import SourceInvalid, SourceUnavailable
 
@@ -57,7 +60,7 @@ class Result:
     status_patch: dict[str, Any]
     events: list[Event] = field(default_factory=list)
     retry: str | None = None  # message of a transient failure: the caller raises TemporaryError
-    retry_kind: str = "source"  # "source" | "api" | "slow": picks the backoff schedule
+    retry_kind: str = "source"  # "source" | "api" | "slow" | "preflight": picks the backoff schedule
     # Set by `write_status`: the CR as read under the lock (post Events on it) and its status
     # with the change applied.
     body: Mapping[str, Any] | None = None
@@ -67,7 +70,7 @@ class Result:
 @dataclass
 class Pass:
     """One reconcile's working state: the live CR it started from, and what each step decided.
-    `verdicts` holds Validated and Planned; `desired` the status fields the steps set."""
+    `verdicts` holds Validated, Planned and Preflight; `desired` the status fields the steps set."""
 
     body: Mapping[str, Any]
     now: str
@@ -82,6 +85,7 @@ class Pass:
     evaluation: Evaluation | None = None
     progressing: Verdict | None = None  # set by apply when it failed
     applied: Applied | None = None  # the workload as apply left it (saves a read)
+    events: list[Event] = field(default_factory=list)  # posted beside the conditions' own
     retry: str | None = None
     retry_kind: str = "source"
 
@@ -184,7 +188,7 @@ class Reconciler:
     @property
     def steps(self) -> tuple[Callable[[Pass], Awaitable[bool]], ...]:
         """The steps of a pass, in flow order; each returns False to stop the pass."""
-        return (self.parse, self.resolve, self.judge, self.apply)
+        return (self.parse, self.resolve, self.judge, self.preflight, self.apply)
 
     async def reconcile(self, body: Mapping[str, Any], *, now: str, retry: int = 0) -> Result:
         """Run the steps on the live CR, then write the status they decided."""
@@ -276,12 +280,47 @@ class Reconciler:
         assert spec is not None and target is not None
         k_in_force = _k_in_force(run.previous)
         cpu = self.offload.cpu
+        spec_body = dict(run.body.get("spec") or {})
+        real_version = gate.judged_version(spec, run.previous)  # the image's release replaces the tag's guess
+        if real_version is not None:
+            spec, spec_body = spec.model_copy(update={"vllm_version": real_version}), {**spec_body, "vllmVersion": real_version}
         key = await self.offload.run(cpu, None, functools.partial(
-            EvaluationCache.key, run.body.get("spec"), target.config, target.weight_bytes,
+            EvaluationCache.key, spec_body, target.config, target.weight_bytes,
             draft.config if draft else None, draft.weight_bytes if draft else None, k_in_force))
         job = functools.partial(evaluate, spec, target, draft, k_in_force=k_in_force)
         async with self.slots.released():
             return await self.evaluations.get_or_compute(key, functools.partial(self.offload.run, cpu, ("evaluate", key), job))
+
+    async def preflight(self, run: Pass) -> bool:
+        """The image's own vLLM on the exact args before a GPU workload; the Preflight condition.
+        No gate when the operator runs no preflight (SPECDEPLOY_PREFLIGHT=false)."""
+        spec, evaluation, target, draft = run.spec, run.evaluation, run.target, run.draft
+        assert spec is not None and evaluation is not None and evaluation.plan is not None and target is not None
+        if not gate.enabled():
+            return True
+        if spec.preflight.mode == "Disabled":
+            run.verdicts[PREFLIGHT] = gate.disabled().preflight
+            return True
+        request = await self.offload.run(self.offload.cpu, None, functools.partial(
+            judge_request, spec, evaluation.plan, target.config, draft.config if draft else None))
+        try:
+            decision = await gate.PreflightGate(self.kube, self.logger).check(
+                spec, request, name=run.name, namespace=run.namespace, status=run.previous,
+                owner=_owner_reference(run.body), fast_version=evaluation.vllm_version)
+        except KubeTemporaryError as exc:  # reading or writing the Job: the workload waits
+            run.progressing = Verdict("Unknown", Reason.APPLY_RETRYING, f"preflight: {exc} (retrying)")
+            return run.stop(str(exc), "slow" if exc.slow else "api")
+        run.verdicts[PREFLIGHT] = decision.preflight
+        if decision.status is not None:
+            run.desired["preflight"] = decision.status
+        if decision.validated is not None:
+            run.verdicts[VALIDATED] = decision.validated
+        run.desired["findings"] = run.desired.get("findings", []) + decision.findings
+        run.events += decision.events
+        if decision.proceed:
+            return True
+        run.progressing = decision.progressing
+        return run.stop(decision.retry, "preflight")
 
     async def apply(self, run: Pass) -> bool:
         """Render the children, check their names, apply them and prune what is no longer rendered."""
@@ -338,7 +377,7 @@ class Reconciler:
         before = status.get("conditions") or []
         desired = dict(run.desired)
         verdicts = verdicts_from(before)
-        verdicts.update({k: v for k, v in run.verdicts.items() if k in SPEC_CONDITIONS})
+        verdicts.update({k: v for k, v in run.verdicts.items() if k in SPEC_CONDITIONS or k == PREFLIGHT})
         try:
             workload = await self._workload_now(run, status)
         except KubeTemporaryError as exc:  # keep the workload verdicts we had
@@ -351,7 +390,7 @@ class Reconciler:
             if workload is not None:
                 desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
         conditions = desired["conditions"] = merge_conditions(before, verdicts, now=run.now, generation=run.generation)
-        events = condition_events(before, conditions)
+        events = condition_events(before, conditions) + run.events
         validated = verdicts[VALIDATED]
         new_errors = desired.get("findings") not in (None, status.get("findings"))
         if validated.status == "False" and new_errors and not any(e[0] == "Warning" for e in events):

@@ -5,8 +5,9 @@ SpeculationEffective condition when the counters moved.
 One loop for every SpeculativeDeployment the operator sees, not a kopf timer per object: kopf
 puts a finalizer on objects with timers or daemons, and this operator keeps deletion free of
 finalizers (docs/install.md). The objects come from a watch-event handler; the loop runs as an
-asyncio task from startup to cleanup: its API calls are the operator's asyncio client, and only
-the pods' /metrics reads (urllib, 3 s timeout) run in threads, at most 8 at a time.
+asyncio task from startup to cleanup: its API calls are the operator's asyncio client, and the
+pods' /metrics reads are bounded asyncio reads (`controller.scrape`: only the workload's own pods,
+a byte limit and a total deadline per read), at most 8 at a time; parsing runs in a thread.
 
 The rules (parsing, the window, the goodput model, the verdict) are in `specdeploy.telemetry`;
 this module only fetches, remembers the window between scrapes, and writes.
@@ -17,12 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import datetime
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -36,12 +36,16 @@ from specdeploy.controller.env import Number
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.controller.offload import reconcile_budget
 from specdeploy.controller.reconcile import Reconciler
-from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, selector_labels, selector_string
-from specdeploy.telemetry import Window, analyse, parse_counters
+from specdeploy.controller.scrape import MAX_BYTES, TIMEOUT_S, ScrapeError, list_owned_pods, read_metrics, session
+from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL
+from specdeploy.telemetry import Window, analyse
+from specdeploy.telemetry.cost import CostModelError
+from specdeploy.telemetry.load import LoadAnalysis, analyse_load, verdict_at_load
 from specdeploy.telemetry.auto_k import KChange, decide_k
-from specdeploy.telemetry.metrics import MetricsError
+from specdeploy.telemetry.metrics import MetricsError, Sample, parse_sample
 from specdeploy.telemetry.model import Analysis, draft_cost
-from specdeploy.telemetry.report import speculation_status
+from specdeploy.telemetry.report import load_summary, speculation_status
+from specdeploy.telemetry.window import LoadWindow
 
 INTERVAL_ENV = "SPECDEPLOY_TELEMETRY_INTERVAL_S"
 WINDOW_ENV = "SPECDEPLOY_TELEMETRY_WINDOW_S"
@@ -49,18 +53,18 @@ DEFAULT_INTERVAL_S = 60.0
 DEFAULT_WINDOW_S = 600.0
 INTERVAL = Number(INTERVAL_ENV, DEFAULT_INTERVAL_S, minimum=0, exclusive=True)
 WINDOW = Number(WINDOW_ENV, DEFAULT_WINDOW_S, minimum=0, exclusive=True)
-SCRAPE_TIMEOUT_S = 3.0  # a pod that cannot answer /metrics in 3 s is skipped, not waited for
 MAX_PARALLEL_SCRAPES = 8
 CONDITION = SPECULATION_EFFECTIVE
 _K_FINDINGS = ("k-auto", "k-default")  # the plan's word on why k is what it is
 
-Fetch = Callable[[str], str]
 
 
-def fetch_metrics(url: str) -> str:
-    """GET a /metrics text with a short timeout (connect and each read)."""
-    with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
-        return response.read().decode("utf-8", errors="replace")
+def _parse(body: bytes) -> tuple[Sample | None, str | None]:
+    """The sample of a /metrics body, or why not (the pod is skipped with that reason)."""
+    try:
+        return parse_sample(body.decode("utf-8", errors="replace")), None
+    except MetricsError as exc:
+        return None, str(exc)
 
 
 def _utc(seconds: float) -> str:
@@ -129,9 +133,15 @@ class _Tracked:
     window: Window
     k: int | None = None
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # Why each pod was last skipped, as logged: a reason is logged once, not at every scrape.
+    skip_logged: dict[str, str] = field(default_factory=dict)
     # A k rollout whose reconcile did not finish (over budget, an API error): the next scrape
     # runs it again (kopf does not: the spec did not change).
     owed: Callable[[], Awaitable[None]] | None = None
+    load: LoadWindow = field(init=False)  # batch sizes over the same window as the counters
+
+    def __post_init__(self) -> None:
+        self.load = LoadWindow(self.window.seconds)
 
 
 class Telemetry:
@@ -139,13 +149,11 @@ class Telemetry:
     counters moved and a rounded value changed, so at most one per interval and none while
     the pods count nothing."""
 
-    def __init__(self, kube: Kube, logger: logging.Logger, *, window_s: float = DEFAULT_WINDOW_S, fetch: Fetch = fetch_metrics,
-                 budget_s: float | None = None):
+    def __init__(self, kube: Kube, logger: logging.Logger, *, window_s: float = DEFAULT_WINDOW_S, budget_s: float | None = None):
         self.kube = kube
         self.logger = logger
         self.window_s = window_s
         self.budget_s = budget_s if budget_s is not None else reconcile_budget()
-        self.fetch = fetch
         self._lock = threading.Lock()
         self._tracked: dict[tuple[str, str], _Tracked] = {}
 
@@ -193,11 +201,15 @@ class Telemetry:
             return None
         cost, cost_source = draft_cost(plan.get("method", ""), plan)
         analysis = analyse(tracked.window.increase(now_s), method=plan.get("method"), cost=cost, cost_source=cost_source, k=k)
+        load, load_status = _at_load(analysis, plan, tracked.load.batch_sizes(now_s))
+        if load is not None:
+            analysis = dataclasses.replace(analysis, verdict=verdict_at_load(analysis, load))
         change = None
         if _spec_k(body) == "auto" and k:
             previous = status.get("speculation") or {}
-            change = decide_k(analysis, current_k=k, last_change_s=_seconds(previous.get("numSpeculativeTokensChangedAt")), now_s=now_s)
-        patch = await self._write(body, status, analysis, read, skipped, now_s, change)
+            change = decide_k(analysis, current_k=k, last_change_s=_seconds(previous.get("numSpeculativeTokensChangedAt")), now_s=now_s,
+                              load=load)
+        patch = await self._write(body, status, analysis, read, skipped, now_s, change, load_status)
         if change is not None:
             await self._roll_out(tracked, namespace, name, change, old_k=k)
         return patch
@@ -254,50 +266,58 @@ class Telemetry:
             await self._event(body, type_, reason, message, _utc(time.time()))
 
     async def _scrape(self, tracked: _Tracked, namespace: str, name: str, now_s: float) -> tuple[bool, list[tuple[str, str]], int]:
-        wanted_labels = selector_labels(name).items()  # also client-side: the selector is the contract
-        pods = [p for p in await self.kube.list("Pod", namespace, selector_string(name))
-                if wanted_labels <= ((p.get("metadata") or {}).get("labels") or {}).items()]
-        targets = scrape_targets(pods)
+        workload_kind, _, workload_name = str((tracked.body.get("status") or {}).get("workload") or "").partition("/")
+        targets = scrape_targets(await list_owned_pods(self.kube, namespace, name, workload_kind, workload_name))
         skipped = [(pod, why) for pod, url, why in targets if url is None]
         wanted = [(pod, url) for pod, url, _ in targets if url is not None]
         slots = asyncio.Semaphore(MAX_PARALLEL_SCRAPES)
+        max_bytes, timeout_s = MAX_BYTES.get_int(), TIMEOUT_S.get()
 
-        async def read_one(pod: str, url: str) -> tuple[Any, str | None]:
-            async with slots:
-                return await asyncio.to_thread(self._read, pod, url)
+        async with session() as client:
+            async def read_one(url: str) -> tuple[Any, str | None]:
+                async with slots:
+                    try:
+                        body = await read_metrics(client, url, max_bytes=max_bytes, timeout_s=timeout_s)
+                    except ScrapeError as exc:
+                        return None, str(exc)
+                return await asyncio.to_thread(_parse, body)
 
-        results = await asyncio.gather(*(read_one(pod, url) for pod, url in wanted))
+            results = await asyncio.gather(*(read_one(url) for _, url in wanted))
         moved, read = False, 0
-        for (pod, _), (counters, why) in zip(wanted, results):
-            if counters is None:
+        for (pod, _), (sample, why) in zip(wanted, results):
+            if sample is None:
                 skipped.append((pod, why or "unreadable"))
                 continue
+            counters = sample.counters
             if tracked.k and counters.num_speculative_tokens != tracked.k:
                 skipped.append((pod, f"runs k={counters.num_speculative_tokens}, the plan k={tracked.k} (rolling out)"))
                 continue
             read += 1
             moved = tracked.window.observe(pod, now_s, counters) or moved
-        for pod, why in skipped:
-            self.logger.debug("telemetry: skipped pod %s/%s: %s", namespace, pod, why)
+            tracked.load.observe(now_s, sample.running)
+        self._log_skips(tracked, namespace, skipped)
         return moved, sorted(skipped), read
 
-    def _read(self, pod: str, url: str) -> tuple[Any, str | None]:
-        try:
-            return parse_counters(self.fetch(url)), None
-        except MetricsError as exc:
-            return None, str(exc)
-        except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:
-            return None, f"GET {url}: {type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+    def _log_skips(self, tracked: _Tracked, namespace: str, skipped: list[tuple[str, str]]) -> None:
+        """One INFO line per pod and reason (a hostile or broken pod would otherwise log at every
+        scrape); forgotten when the pod is read again or gone, so the record stays this small."""
+        now = dict(skipped)
+        for pod, why in now.items():
+            if tracked.skip_logged.get(pod) != why:
+                self.logger.info("telemetry: skipped pod %s/%s: %s", namespace, pod, why)
+        tracked.skip_logged = now
 
     async def _write(self, body: Mapping[str, Any], status: dict[str, Any], analysis: Analysis, read: int,
-               skipped: list[tuple[str, str]], now_s: float, change: KChange | None = None) -> dict[str, Any] | None:
+               skipped: list[tuple[str, str]], now_s: float, change: KChange | None = None,
+               load_status: dict[str, Any] | None = None) -> dict[str, Any] | None:
         meta = body["metadata"]
         previous = status.get("speculation") or {}
         now = _utc(now_s)
         auto = _spec_k(body) == "auto"
         speculation = speculation_status(analysis, window_s=self.window_s, observed_at=now, pods=read, skipped=skipped,
                                          k_reason=_k_reason(body, previous),
-                                         k_changed_at=previous.get("numSpeculativeTokensChangedAt") if auto else None)
+                                         k_changed_at=previous.get("numSpeculativeTokensChangedAt") if auto else None,
+                                         load=load_status)
         if change is not None:  # the k in force from now on: the reconcile reads it from here
             speculation.update(numSpeculativeTokens=change.k, numSpeculativeTokensReason=change.reason,
                                numSpeculativeTokensChangedAt=now)
@@ -361,7 +381,7 @@ def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
     if plan:
         memory = plan.get("memory") or {}
         slim_status["plan"] = {
-            **{k: plan[k] for k in ("method", "numSpeculativeTokens") if k in plan},
+            **{k: plan[k] for k in ("method", "numSpeculativeTokens", "compute") if k in plan},
             "memory": {k: memory[k] for k in ("targetWeightsGiB", "draftWeightsGiB") if k in memory},
         }
     if status.get("workload"):
@@ -379,6 +399,15 @@ def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
         "spec": {"draft": {"numSpeculativeTokens": _spec_k(body)}},
         "status": slim_status,
     }
+
+
+def _at_load(analysis: Analysis, plan: Mapping[str, Any], batch_sizes: list[float]) -> tuple[LoadAnalysis | None, dict[str, Any]]:
+    """The cost model at the observed load, and its part of status.speculation (or why it could not run)."""
+    try:
+        load = analyse_load(analysis, plan, batch_sizes)
+    except CostModelError as exc:
+        return None, {"costModel": str(exc)}
+    return load, load_summary(load, analysis.k)
 
 
 def _spec_k(body: Mapping[str, Any]) -> Any:

@@ -30,6 +30,7 @@ from specdeploy.vllm.mtp import MtpModule, mtp_module
 
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
 _EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
+_EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_topk", "moe_top_k")
 
 
 # Drafts with no attention layers: vLLM reports 0 heads, 0 KV heads and head size 0 for
@@ -92,6 +93,7 @@ class Geometry:
     moe_intermediate_size: int = 0
     expert_hidden_size: int = 0  # latent MoE (Kimi-K3) runs experts in a smaller width
     num_shared_experts: int = 0
+    num_experts_per_token: int = 0  # routed experts a token uses: the speculation cost model's MoE bytes
     first_dense_layers: int = 0
     linear_attn_heads: int = 0
     linear_attn_head_dim: int = 0
@@ -187,6 +189,11 @@ def _weight_bits(quant: dict[str, Any] | None) -> float | None:
         group_size = quant.get("group_size") or 128
         return float(bits) + (16.0 / float(group_size) if group_size > 0 else 0.0)  # -1: per-channel
     return None
+
+
+def _experts_per_token(text: Any) -> int:
+    value = _first(text, _EXPERTS_PER_TOKEN_KEYS, 0) or 0
+    return int(value[0] if isinstance(value, list) else value)
 
 
 def _dtype(config: Any, text: Any) -> str:
@@ -336,6 +343,7 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         moe_intermediate_size=int(_get(text, "moe_intermediate_size") or _get(text, "intermediate_size") or 0),
         expert_hidden_size=int(_get(text, "routed_expert_hidden_size") or hidden),
         num_shared_experts=int(_first(text, ("num_shared_experts", "n_shared_experts"), 0) or 0),
+        num_experts_per_token=_experts_per_token(text),
         first_dense_layers=int(_get(text, "first_k_dense_replace") or 0),
         linear_attn_heads=int(linear.get("num_heads", 0)) if isinstance(linear, dict) else 0,
         linear_attn_head_dim=int(linear.get("head_dim", 0)) if isinstance(linear, dict) else 0,

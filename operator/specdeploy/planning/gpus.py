@@ -1,4 +1,6 @@
-"""GPU catalog: what `resources.gpu.product` may name, and how much memory each one has."""
+"""GPU catalog: what `resources.gpu.product` may name, how much memory each one has, and the
+figures the speculation cost model needs (telemetry/cost.py): HBM bandwidth, dense bf16/fp8
+peak and interconnect bandwidth, each from the vendor's datasheet named in `source`."""
 
 from __future__ import annotations
 
@@ -6,30 +8,57 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Roofline:
+    """Datasheet figures of one GPU. Peaks are *dense* (the datasheets' headline numbers are
+    often "with sparsity", twice these); interconnect is the per-GPU aggregate the datasheet
+    quotes (NVLink/Infinity Fabric, both directions; PCIe Gen4 x16 for cards without a link)."""
+
+    hbm_gb_s: float  # memory bandwidth, GB/s (10^9 bytes)
+    bf16_tflops: float  # dense bf16 tensor peak, TFLOP/s
+    fp8_tflops: float  # dense fp8 tensor peak (= bf16 where the GPU has no fp8 units)
+    interconnect_gb_s: float
+    source: str  # the datasheet these figures come from
+
+
+@dataclass(frozen=True)
 class GpuProduct:
     key: str
     memory_gib: float
     vendor: str  # "nvidia" or "amd": decides the default resource name and image
+    roofline: Roofline | None = None  # None: no datasheet figures; the cost model says so
+
+
+_A100 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (SXM)"
+_H100 = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+_H200 = "https://nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446 (SXM)"
+_H20 = "NVIDIA HGX H20 product brief (2024): 96 GB HBM3, 4.0 TB/s, FP8 296 / BF16 148 dense TFLOPS, NVLink 900 GB/s"
+_L40S = "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413"
+_L4 = "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet"
+_HGX_B = "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200 / B300 per-GPU figures: the 8-GPU board's totals / 8)"
+_GB200 = "https://www.nvidia.com/en-us/data-center/gb200-nvl72/ (per GPU: the NVL72 rack's totals / 72)"
+_MI300X = "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf"
+_MI325X = "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/product-briefs/instinct-mi325x-datasheet.pdf"
+_PCIE4 = 64.0  # PCIe Gen4 x16, both directions
 
 
 # Memory is the usable HBM the driver reports (GiB), keyed "<GPU>-<marketing size>GB".
 CATALOG: dict[str, GpuProduct] = {
     p.key.lower(): p
     for p in (
-        GpuProduct("A100-40GB", 40.0, "nvidia"),
-        GpuProduct("A100-80GB", 80.0, "nvidia"),
-        GpuProduct("H100-80GB", 80.0, "nvidia"),
-        GpuProduct("H100-94GB", 94.0, "nvidia"),
-        GpuProduct("H200-141GB", 141.0, "nvidia"),
-        GpuProduct("H20-96GB", 96.0, "nvidia"),
-        GpuProduct("L4-24GB", 24.0, "nvidia"),
-        GpuProduct("L40S-48GB", 48.0, "nvidia"),
+        GpuProduct("A100-40GB", 40.0, "nvidia", Roofline(1555, 312, 312, 600, _A100)),
+        GpuProduct("A100-80GB", 80.0, "nvidia", Roofline(2039, 312, 312, 600, _A100)),
+        GpuProduct("H100-80GB", 80.0, "nvidia", Roofline(3350, 989, 1979, 900, _H100 + " (SXM)")),
+        GpuProduct("H100-94GB", 94.0, "nvidia", Roofline(3900, 835, 1671, 600, _H100 + " (NVL)")),
+        GpuProduct("H200-141GB", 141.0, "nvidia", Roofline(4800, 989, 1979, 900, _H200)),
+        GpuProduct("H20-96GB", 96.0, "nvidia", Roofline(4000, 148, 296, 900, _H20)),
+        GpuProduct("L4-24GB", 24.0, "nvidia", Roofline(300, 121, 242.5, _PCIE4, _L4)),
+        GpuProduct("L40S-48GB", 48.0, "nvidia", Roofline(864, 362, 733, _PCIE4, _L40S)),
         GpuProduct("A10G-24GB", 24.0, "nvidia"),
-        GpuProduct("B200-180GB", 180.0, "nvidia"),
-        GpuProduct("B300-288GB", 288.0, "nvidia"),
-        GpuProduct("GB200-186GB", 186.0, "nvidia"),
-        GpuProduct("MI300X-192GB", 192.0, "amd"),
-        GpuProduct("MI325X-256GB", 256.0, "amd"),
+        GpuProduct("B200-180GB", 180.0, "nvidia", Roofline(8000, 2250, 4500, 1800, _HGX_B)),
+        GpuProduct("B300-288GB", 288.0, "nvidia", Roofline(8000, 2250, 4500, 1800, _HGX_B)),
+        GpuProduct("GB200-186GB", 186.0, "nvidia", Roofline(8000, 2500, 5000, 1800, _GB200)),
+        GpuProduct("MI300X-192GB", 192.0, "amd", Roofline(5300, 1307.4, 2614.9, 896, _MI300X)),
+        GpuProduct("MI325X-256GB", 256.0, "amd", Roofline(6000, 1307.4, 2614.9, 896, _MI325X)),
         GpuProduct("MI355X-288GB", 288.0, "amd"),
     )
 }

@@ -177,9 +177,10 @@ def promote_local_to_full(caches: list[LayerCache]) -> list[LayerCache]:
             for c in caches]
 
 
-def default_block_size(caches: Iterable[LayerCache]) -> int:
-    """The GPU backend's block size: 64 for the MLA kernels, 16 otherwise."""
-    return GPU_MLA_BLOCK_SIZE if any(c.kind == MLA for c in caches) else GPU_BLOCK_SIZE
+def default_block_size(caches: Iterable[LayerCache], release_block_size: int = GPU_BLOCK_SIZE) -> int:
+    """The GPU backend's block size: 64 for the MLA kernels, else the release's default
+    (CacheConfig.DEFAULT_BLOCK_SIZE; 16 when none is given)."""
+    return GPU_MLA_BLOCK_SIZE if any(c.kind == MLA for c in caches) else release_block_size
 
 
 def _attention_blocks(cache: LayerCache, block_size: int, max_model_len: int, in_flight: int,

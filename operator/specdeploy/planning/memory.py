@@ -8,7 +8,7 @@ from __future__ import annotations
 from specdeploy.geometry import Geometry
 from specdeploy.vllm.methods import built_draft_tp, method_named
 from specdeploy.planning.kv_cache import (GPU_MAX_NUM_BATCHED_TOKENS, STATE, CacheNeed, LayerCache, cache_need,
-                                          model_layer_caches, promote_local_to_full)
+                                          default_block_size, model_layer_caches, promote_local_to_full)
 
 GIB = 1024**3
 _DTYPE_BYTES = {"float32": 2, "float": 2, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "float8_e4m3fn": 1}
@@ -115,11 +115,15 @@ def in_flight_tokens(pp: int = 1) -> int:
     return (pp + 1) * GPU_MAX_NUM_BATCHED_TOKENS
 
 
-def kv_cache_need(caches: list[LayerCache], max_model_len: int, sequences: int, k: int, pp: int = 1) -> CacheNeed:
+def kv_cache_need(caches: list[LayerCache], max_model_len: int, sequences: int, k: int,
+                  pp: int = 1, release_block_size: int | None = None) -> CacheNeed:
     """The GPU start-up check's figure: prefix caching is on by default for generation
-    models (engine/arg_utils.py), which puts hybrid models in Mamba `align` mode."""
+    models (engine/arg_utils.py), which puts hybrid models in Mamba `align` mode. Blocks are
+    the judging release's CacheConfig.DEFAULT_BLOCK_SIZE (VllmFacts.default_block_size), or
+    the MLA backends'."""
+    block_size = default_block_size(caches, release_block_size) if release_block_size else None
     return cache_need(caches, max_model_len=max_model_len, sequences=sequences, num_speculative_tokens=k,
-                      mamba_align_mode=True, in_flight_tokens=in_flight_tokens(pp))
+                      block_size=block_size, mamba_align_mode=True, in_flight_tokens=in_flight_tokens(pp))
 
 
 def activation_reserve_gib(gpu_memory_gib: float) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdeploy.planning.compute import LayoutCompute
 from specdeploy.planning.kv_cache import LayerCache
 
 
@@ -47,6 +48,9 @@ class MemoryEstimate:
     block_size: int  # tokens per KV block after hybrid alignment
     layers: tuple[LayerCache, ...]
     weights_source: str
+    # The judging release's memory defaults the estimate assumed (VllmFacts.memory_assumptions):
+    # its default block size and gpu_memory_utilization, and how it sizes the KV cache.
+    release_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
     def kv_cache_gib(self) -> float:
@@ -75,6 +79,7 @@ class MemoryEstimate:
             "kvBlockSize": self.block_size,
             "layers": [layer.to_dict() for layer in self.layers],
             "weightsSource": self.weights_source,
+            "releaseDefaults": self.release_defaults,
             "fits": self.fits,
         }
 
@@ -116,6 +121,7 @@ class Plan:
     vllm_version: str  # the release whose rules judged the pair (and whose CLI the args are for)
     candidates: tuple[Candidate, ...] = ()
     decisions: tuple[str, ...] = field(default=())
+    compute: LayoutCompute | None = None  # what a step reads and computes: the speculation cost model's input
 
     @property
     def gpus_per_replica(self) -> int:
@@ -143,4 +149,5 @@ class Plan:
             "memory": self.memory.to_dict() if self.memory else None,
             "candidates": [c.to_dict() for c in self.candidates],
             "decisions": list(self.decisions),
+            "compute": self.compute.to_dict() if self.compute else None,
         }

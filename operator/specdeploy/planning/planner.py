@@ -22,6 +22,7 @@ from specdeploy.planning.memory import (
     layer_caches,
     state_bytes_per_sequence,
 )
+from specdeploy.planning.compute import layout_compute, max_num_seqs
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import built_draft_tp
@@ -109,10 +110,10 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
 
 
 def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
-            tp: int, draft_tp: int | None, pp: int, max_model_len: int, k: int) -> MemoryEstimate:
+            tp: int, draft_tp: int | None, pp: int, max_model_len: int, k: int, facts: VllmFacts) -> MemoryEstimate:
     method = spec.draft.method
     caches = layer_caches(method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
-    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k, pp)
+    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k, pp, facts.default_block_size)
     return MemoryEstimate(
         gpu_memory_gib=gpu_gib,
         budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
@@ -125,6 +126,7 @@ def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
         block_size=need.block_size,
         layers=tuple(caches),
         weights_source=models.weights_source,
+        release_defaults=facts.memory_assumptions(),
     )
 
 
@@ -192,7 +194,8 @@ class _Layout:
 
 
 def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: int, gpu_gib: float | None,
-                max_model_len: int, rules: LayoutRules, k: int = 0) -> tuple[Candidate, _Layout | None, list[Finding]]:
+                max_model_len: int, rules: LayoutRules, k: int = 0,
+                facts: VllmFacts | None = None) -> tuple[Candidate, _Layout | None, list[Finding]]:
     """Judge one (tp, pp): the candidate record, the layout if it is usable, and the
     findings that rule it out (reported when no candidate is left)."""
     per_node = spec.resources.gpu.per_node
@@ -205,7 +208,7 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: in
     if has_errors(findings):
         reason = "; ".join(f.message for f in findings if f.severity is Severity.ERROR)
         return Candidate(tp, pp, False, reason), None, findings
-    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len, k) if gpu_gib else None
+    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len, k, facts) if gpu_gib and facts else None
     if memory is not None and not memory.fits:
         blocking = error("memory-does-not-fit", "spec.resources.gpu",
                          f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences",
@@ -257,7 +260,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
     chosen: _Layout | None = None
     blocking: list[Finding] = []
     for tp, pp in _candidate_layouts(spec, target):
-        candidate, layout, blocking = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, rules, k)
+        candidate, layout, blocking = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, rules, k, facts)
         candidates.append(candidate)
         if layout is not None:
             chosen = layout
@@ -291,6 +294,9 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
         vllm_version=facts.version,
         candidates=tuple(candidates),
         decisions=_decisions(spec, sized, chosen),
+        compute=layout_compute(spec.draft.speculative_method, target, draft, (target_bytes, draft_bytes), chosen.tp,
+                               built_draft_tp(spec.draft.speculative_method, chosen.tp, chosen.draft_tp),
+                               spec.serving.kv_cache_dtype, product, max_num_seqs(spec.vllm.extra_args, product, gpu_gib)),
     )
     cache = check_model_cache(spec, target_bytes + draft_bytes, "estimated" in source)
     return plan, findings + list(chosen.findings) + cache

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+from specdeploy.api.names import MAX_LABEL, is_label_value
 from specdeploy.api.spec import API_GROUP
 
 HTTP_PORT = 8000
@@ -21,11 +22,11 @@ MANAGED_BY = "specdeploy"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 # LWS labels its pods with their index inside the group; 0 is the leader that serves HTTP.
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+# ...and its StatefulSets and pods with the LeaderWorkerSet's name.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 
-MAX_LABEL = 63  # label values, DNS-1123/1035 labels (Service names), LWS names
 _HASH_LEN = 8
-_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # Service names, LWS names (MAX_LABEL: 63)
 
 
 def _digest(name: str) -> str:
@@ -34,10 +35,6 @@ def _digest(name: str) -> str:
 
 def is_dns1035_label(value: str) -> bool:
     return len(value) <= MAX_LABEL and bool(_DNS1035.match(value))
-
-
-def is_label_value(value: str) -> bool:
-    return len(value) <= MAX_LABEL and bool(_LABEL_VALUE.match(value))
 
 
 def short_name(name: str, suffix: str = "") -> str:

@@ -141,9 +141,25 @@ def _volumes(spec: SpeculativeDeploymentSpec, role: NodeRole) -> list[dict[str, 
     ]
 
 
+def scheduling_fields(spec: SpeculativeDeploymentSpec) -> dict[str, Any]:
+    """The pod-spec fields spec.scheduling sets (the serving pods and the preflight pod)."""
+    scheduling = spec.scheduling
+    fields: dict[str, Any] = {}
+    if scheduling.node_selector:
+        fields["nodeSelector"] = dict(scheduling.node_selector)
+    if scheduling.tolerations:
+        fields["tolerations"] = [dict(t) for t in scheduling.tolerations]
+    if scheduling.affinity:
+        fields["affinity"] = dict(scheduling.affinity)
+    if scheduling.priority_class_name:
+        fields["priorityClassName"] = scheduling.priority_class_name
+    if scheduling.runtime_class_name:
+        fields["runtimeClassName"] = scheduling.runtime_class_name
+    return fields
+
+
 def pod_template(spec: SpeculativeDeploymentSpec, plan: Plan, name: str, role: NodeRole = NodeRole.SINGLE) -> dict[str, Any]:
     """A PodTemplateSpec for one vLLM node of one replica."""
-    scheduling = spec.scheduling
     pod: dict[str, Any] = {
         # Service links would inject VLLM_PORT=tcp://... for a Service named vllm (vllm-facts §6).
         "enableServiceLinks": False,
@@ -151,16 +167,7 @@ def pod_template(spec: SpeculativeDeploymentSpec, plan: Plan, name: str, role: N
         "containers": [_container(spec, plan, role)],
         "volumes": _volumes(spec, role),
     }
-    if scheduling.node_selector:
-        pod["nodeSelector"] = dict(scheduling.node_selector)
-    if scheduling.tolerations:
-        pod["tolerations"] = [dict(t) for t in scheduling.tolerations]
-    if scheduling.affinity:
-        pod["affinity"] = dict(scheduling.affinity)
-    if scheduling.priority_class_name:
-        pod["priorityClassName"] = scheduling.priority_class_name
-    if scheduling.runtime_class_name:
-        pod["runtimeClassName"] = scheduling.runtime_class_name
+    pod.update(scheduling_fields(spec))
     metadata: dict[str, Any] = {"labels": labels(name)}
     if role is not NodeRole.WORKER:  # vLLM serves Prometheus metrics on its HTTP port
         metadata["annotations"] = dict(SCRAPE_ANNOTATIONS)

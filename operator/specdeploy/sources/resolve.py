@@ -8,7 +8,7 @@ from typing import Callable, TypeVar
 
 from specdeploy.api.spec import DraftSpec, ModelSource, SpeculativeDeploymentSpec
 from specdeploy.geometry import ModelInputs
-from specdeploy.sources.errors import SourceError, SourceInvalid
+from specdeploy.sources.errors import SourceError, SourceInvalid, SourceUnavailable
 from specdeploy.sources.hub import read_hub
 from specdeploy.sources.local import check_config_shape, parse_config_text, read_local
 
@@ -52,9 +52,11 @@ def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str 
                   configmap_reader: ConfigMapReader | None = None, local_only: bool = False,
                   local_files: bool = True) -> ModelInputs:
     """Inline config first, then a ConfigMap, then the model reference itself.
-    `local_only`: the Hugging Face cache alone. `local_files=False` (the operator): a model
-    that names a path is never read from this process's filesystem; a path is for the CLI, or
-    for the pod, which mounts it."""
+    `local_files=False` (the operator's reconcile and its webhook): a model that names a path is
+    never read from this process's filesystem, and is refused on its form alone, so the verdict
+    says nothing of what exists there; a path is for the CLI, or for the pod, which mounts it.
+    `local_only`: read nothing over the network; with `local_files=False` (admission) a Hub
+    model is then not judged (SourceUnavailable), with `local_files` the Hugging Face cache."""
     if source.config is not None:
         config = check_config_shape(source.config, f"{field}.config", "the inline config")
         return ModelInputs(config=json.loads(json.dumps(config)))
@@ -73,6 +75,8 @@ def resolve_model(source: ModelSource | DraftSpec, field: str, *, hf_token: str 
         if looks_like_path(source.model):
             raise SourceInvalid(f"{field}.model", f"{source.model!r} is a path: the operator reads no local files; "
                                 "give the config inline (config) or in a ConfigMap (configMapRef)")
+        if local_only:
+            raise SourceUnavailable(f"{field}.model", f"{source.model} is read from the Hub, which admission does not wait for")
         config, weights = read_hub(source.model, source.revision, hf_token, f"{field}.model", direct=True)
         return ModelInputs(config=config, weight_bytes=weights)
     return load_model_ref(source.model, revision=source.revision, token=hf_token, field=f"{field}.model", local_only=local_only)

@@ -7,15 +7,25 @@ The names are vLLM's (`specdeploy.vllm.spec_decode_metrics`); each is exposed wi
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specdeploy.api.spec import MAX_NUM_SPECULATIVE_TOKENS
 from specdeploy.vllm.spec_decode_metrics import ACCEPTED_PER_POSITION, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, POSITION_LABEL
 
 
+# The running-requests gauge: sequences in the engine's batch at the moment of the scrape
+# (vllm/v1/metrics/loggers.py, PrometheusStatLogger), one series per engine.
+RUNNING = "vllm:num_requests_running"
+# Token counts of finished requests (histograms: `_sum` and `_count`, same loggers.py): the mean
+# context a sequence holds while decoding is the mean prompt plus half the mean generation.
+PROMPT_TOKENS = "vllm:request_prompt_tokens"
+GENERATION_TOKENS = "vllm:request_generation_tokens"
 _TOTALS = frozenset(name + "_total" for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS))
+_LENGTHS = frozenset({PROMPT_TOKENS + "_count", PROMPT_TOKENS + "_sum", GENERATION_TOKENS + "_sum"})
 
 
 class MetricsError(ValueError):
@@ -33,6 +43,16 @@ class Counters:
     draft_tokens: float = 0.0
     accepted_tokens: float = 0.0
     accepted_per_position: tuple[float, ...] = ()
+    requests: float = 0.0  # finished requests (the prompt-token histogram's count)
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+
+    @property
+    def mean_context(self) -> float | None:
+        """Context tokens a sequence holds on average while decoding (None before a request finished)."""
+        if self.requests <= 0:
+            return None
+        return (self.prompt_tokens + self.generation_tokens / 2) / self.requests
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -47,6 +67,9 @@ class Counters:
             self.draft_tokens + other.draft_tokens,
             self.accepted_tokens + other.accepted_tokens,
             tuple(a + b for a, b in zip(pad(self.accepted_per_position), pad(other.accepted_per_position))),
+            self.requests + other.requests,
+            self.prompt_tokens + other.prompt_tokens,
+            self.generation_tokens + other.generation_tokens,
         )
 
     def increase_since(self, earlier: "Counters") -> "Counters":
@@ -60,13 +83,17 @@ class Counters:
             self.draft_tokens - earlier.draft_tokens,
             self.accepted_tokens - earlier.accepted_tokens,
             tuple(a - b for a, b in zip(self.accepted_per_position, earlier.accepted_per_position)),
+            self.requests - earlier.requests,
+            self.prompt_tokens - earlier.prompt_tokens,
+            self.generation_tokens - earlier.generation_tokens,
         )
 
 
 def parse_counters(text: str) -> Counters:
     """The spec-decode counters of one /metrics text, summed over engines.
 
-    Raises MetricsError when the text does not parse or speculative decoding is off (vLLM
+    Raises MetricsError when the text does not parse, a counter is not finite and >= 0 (NaN
+    or Inf would poison every rate of the window), or speculative decoding is off (vLLM
     registers these counters only when a speculative config is set)."""
     totals: dict[str, float] = defaultdict(float)
     per_position: dict[int, float] = defaultdict(float)
@@ -74,13 +101,22 @@ def parse_counters(text: str) -> Counters:
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:  # by sample name: a text without # TYPE lines has no families
-                if sample.name == ACCEPTED_PER_POSITION + "_total":
-                    per_position[int(sample.labels[POSITION_LABEL])] += sample.value
-                elif sample.name in _TOTALS:
-                    totals[sample.name.removesuffix("_total")] += sample.value
-                else:
+                if sample.name != ACCEPTED_PER_POSITION + "_total" and sample.name not in _TOTALS and sample.name not in _LENGTHS:
                     continue
+                _check_count(sample.name, sample.value)
+                if sample.name in _LENGTHS:
+                    totals[sample.name] += sample.value
+                    continue
+                if sample.name == ACCEPTED_PER_POSITION + "_total":
+                    position = int(sample.labels[POSITION_LABEL])
+                    if not 0 <= position < MAX_NUM_SPECULATIVE_TOKENS:  # k is one of 1..64: no 10**9-long tuple
+                        raise MetricsError(f"{POSITION_LABEL}={position}: a draft position is from 0 to {MAX_NUM_SPECULATIVE_TOKENS - 1}")
+                    per_position[position] += sample.value
+                else:
+                    totals[sample.name.removesuffix("_total")] += sample.value
                 seen = True
+    except MetricsError:
+        raise
     except (ValueError, KeyError, TypeError) as exc:
         raise MetricsError(f"not a Prometheus metrics text: {exc}") from exc
     if not seen:
@@ -89,4 +125,29 @@ def parse_counters(text: str) -> Counters:
     return Counters(
         totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS],
         tuple(per_position.get(i, 0.0) for i in range(k)),
+        totals[PROMPT_TOKENS + "_count"], totals[PROMPT_TOKENS + "_sum"], totals[GENERATION_TOKENS + "_sum"],
     )
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One pod's scrape: its spec-decode counters and each engine's running requests."""
+
+    counters: Counters
+    running: tuple[float, ...]
+
+
+def parse_sample(text: str) -> Sample:
+    """parse_counters plus the running-requests gauge (absent: no load reading); a gauge that
+    is not a finite count is refused like a counter."""
+    counters = parse_counters(text)  # the text parses: the second pass below cannot fail
+    running = [s.value for family in text_string_to_metric_families(text) for s in family.samples if s.name == RUNNING]
+    for value in running:
+        _check_count(RUNNING, value)
+    return Sample(counters, tuple(running))
+
+
+def _check_count(name: str, value: float) -> None:
+    """NaN or Inf would poison every rate and average of the window: the pod is skipped."""
+    if not math.isfinite(value) or value < 0:
+        raise MetricsError(f"{name} is {value}: a count is a finite number >= 0")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdeploy.api.status import SpeculationStatus
+from specdeploy.telemetry.load import LoadAnalysis
 from specdeploy.telemetry.model import Analysis
 
 RATE_DIGITS = 4
@@ -37,6 +38,26 @@ def summary(analysis: Analysis) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def load_summary(load: LoadAnalysis, k_in_force: int) -> dict[str, Any]:
+    """byBatchSize, crossoverBatchSize, observedLoad and costModel, rounded like the rest."""
+    out: dict[str, Any] = {
+        "byBatchSize": [{"batchSize": a.batch_size, "recommendedNumSpeculativeTokens": a.k,
+                         "predictedSpeedup": _round(a.speedup, SPEEDUP_DIGITS)} for a in load.by_batch],
+        "crossoverBatchSize": load.crossover,
+        "costModel": load.source,
+    }
+    observed = load.observed
+    if observed is not None:
+        out["observedLoad"] = {
+            "samples": observed.samples, "typicalBatchSize": observed.typical, "p90BatchSize": observed.p90,
+            "maxBatchSize": observed.largest,
+            "distribution": [{"batchSize": b, "share": _round(share)} for b, share in observed.distribution],
+            "recommendedNumSpeculativeTokens": load.k_at(observed.typical),
+            "predictedSpeedup": _round(load.work.speedup(observed.typical, k_in_force), SPEEDUP_DIGITS) if k_in_force else None,
+        }
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def _round(value: float | None, digits: int = RATE_DIGITS) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -50,6 +71,7 @@ def speculation_status(
     skipped: list[tuple[str, str]] | None = None,
     k_reason: str | None = None,
     k_changed_at: str | None = None,
+    load: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The status.speculation object (camelCase, None fields left out), checked by the api model."""
     status = SpeculationStatus.model_validate({
@@ -60,5 +82,6 @@ def speculation_status(
         "skippedPods": [{"pod": p, "reason": why} for p, why in skipped or []],
         "numSpeculativeTokensReason": k_reason,
         "numSpeculativeTokensChangedAt": k_changed_at,
+        **(load or {}),
     })
     return status.model_dump(by_alias=True, exclude_none=True)

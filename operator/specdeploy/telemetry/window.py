@@ -46,3 +46,22 @@ class Window:
     @property
     def pods(self) -> list[str]:
         return sorted(self._samples)
+
+
+@dataclass
+class LoadWindow:
+    """The running-requests readings of the last N seconds (every engine of every pod): the
+    batch sizes the serving actually ran, over the same window as the acceptance counters."""
+
+    seconds: float
+    _readings: deque[tuple[float, float]] = field(default_factory=deque)
+
+    def observe(self, at: float, running: tuple[float, ...]) -> None:
+        self._readings.extend((at, value) for value in running)
+
+    def batch_sizes(self, now: float) -> list[float]:
+        """Readings inside the window with at least one running request: an idle engine
+        decodes nothing, so its zero says nothing about the batch decoding runs at."""
+        while self._readings and self._readings[0][0] < now - self.seconds:
+            self._readings.popleft()
+        return [value for _, value in self._readings if value >= 1]

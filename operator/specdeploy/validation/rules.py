@@ -42,7 +42,12 @@ def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draf
     if method.target_mtp_layers:
         # SpeculativeConfig.hf_config_override + __post_init__ (vllm/config/speculative.py).
         module = target.mtp
-        if module is None:
+        if module is None and not facts.logic.mtp_needs_an_mtp_draft:
+            findings.append(warning("mtp-target-without-mtp-layers", "spec.draft.method",
+                                    f"vLLM {facts.version}'s config accepts this, drafting with the {target.model_type or 'target'} model itself "
+                                    f"({list(target.architectures)}), which has no MTP layers: expect no useful drafts, or a failure when the "
+                                    "MTP speculator first runs it; use a method with a draft model, or a lookup method"))
+        elif module is None:
             findings.append(error("mtp-unsupported-target", "spec.draft.method",
                                   f"vLLM has no MTP module for a {target.model_type or 'config without model_type'} target ({list(target.architectures)}); use a method with a draft model, or a lookup method ({', '.join(m.name for m in METHOD_TABLE.values() if m.drafting == 'lookup')})"))
         elif module.refusal:

@@ -60,9 +60,6 @@ class Method:
     shares_target_embeddings: bool = False
     # Allocates a KV cache of its own (MLP heads and lookups keep none).
     keeps_draft_kv_cache: bool = True
-    # Keeps async scheduling, which VllmConfig turns on by default (config/vllm.py: EagleModelTypes,
-    # NgramGPUTypes, draft_model, dspark, dflash; any other method turns it off): two batches in flight.
-    async_scheduling: bool = True
     drafting: Drafting = "sequential"
     k_source: KSource = "n_predict"
     # For k_source "option": the SpeculativeConfig option whose value k defaults to.
@@ -112,15 +109,14 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            use_eagle=True, shares_target_embeddings=True, drafting="parallel", k_source="block_size",
            builds_dspark_head=True, exclusive_options=frozenset({"dspark_draft_topk"}),
            adaptive_verification_needs_draft_logits=False),
-    Method("ngram", "prompt lookup on the CPU", async_scheduling=False, **_NGRAM_DEFAULTS),  # type: ignore[arg-type]
+    Method("ngram", "prompt lookup on the CPU", **_NGRAM_DEFAULTS),  # type: ignore[arg-type]
     # v1/worker/gpu/spec_decode/ngram/speculator.py NgramGPUSpeculator: the same lookup in a GPU kernel.
     Method("ngram_gpu", "prompt lookup on the GPU", **_NGRAM_DEFAULTS),  # type: ignore[arg-type]
-    Method("medusa", "Medusa heads", "required", keeps_draft_kv_cache=False, async_scheduling=False, draft_model_type="medusa",
+    Method("medusa", "Medusa heads", "required", keeps_draft_kv_cache=False, draft_model_type="medusa",
            forces_draft_model_type=True),
-    Method("mlp_speculator", "an MLPSpeculator", "required", keeps_draft_kv_cache=False, async_scheduling=False,
+    Method("mlp_speculator", "an MLPSpeculator", "required", keeps_draft_kv_cache=False,
            draft_model_type="mlp_speculator", draft_tp_defaults_to_one=True),
     Method("suffix", "suffix decoding over the prompts and outputs seen", "none", keeps_draft_kv_cache=False,
-           async_scheduling=False,
            drafting="lookup", k_source="option", k_option="suffix_decoding_max_tree_depth",
            option_ranges=(("suffix_decoding_max_tree_depth", 1, None), ("suffix_decoding_max_cached_requests", 0, None),
                           ("suffix_decoding_max_spec_factor", 0, None), ("suffix_decoding_min_token_prob", 0, 1),

@@ -42,6 +42,11 @@ class ReleaseLogic:
     # cache is sized from the memory free after CUDA-graph capture, and an unset
     # gpu_memory_utilization means `resolved_gpu_memory_utilization` (1.0, in the data).
     extensible_kv_cache_on_gpu: bool
+    # method mtp needs a draft whose model_type is an MTP type (one of MTPModelTypes, from the
+    # target's MTP layers): 0.32.0/0.33.0 speculative.py __post_init__ otherwise raises
+    # "Unsupported speculative method". 0.34.0 mtp/config.py MTPSpeculatorConfig checks no such
+    # thing for an explicit method (its `matches` only detects one): the target drafts itself.
+    mtp_needs_an_mtp_draft: bool
 
 
 RELEASE_LOGIC: dict[str, ReleaseLogic] = {
@@ -56,6 +61,7 @@ RELEASE_LOGIC: dict[str, ReleaseLogic] = {
         options_checked_per_speculator=False,
         parallel_drafting_methods=None,
         extensible_kv_cache_on_gpu=False,
+        mtp_needs_an_mtp_draft=True,
     ),
     "0.33.0": ReleaseLogic(
         heterogeneous_vocab_excludes_local_argmax=True,
@@ -68,6 +74,7 @@ RELEASE_LOGIC: dict[str, ReleaseLogic] = {
         options_checked_per_speculator=False,
         parallel_drafting_methods=None,
         extensible_kv_cache_on_gpu=False,
+        mtp_needs_an_mtp_draft=True,
     ),
     "0.34.0": ReleaseLogic(
         # use_heterogeneous_vocab is gone (the key is refused as unknown, from the data).
@@ -81,5 +88,6 @@ RELEASE_LOGIC: dict[str, ReleaseLogic] = {
         options_checked_per_speculator=True,
         parallel_drafting_methods=frozenset({"dflash", "dspark"}),
         extensible_kv_cache_on_gpu=True,
+        mtp_needs_an_mtp_draft=False,
     ),
 }

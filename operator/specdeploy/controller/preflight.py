@@ -1,0 +1,184 @@
+"""The preflight gate of a reconcile: the image's own vLLM judges the exact args before the
+first GPU workload of a new (image, args, configs, GPU) combination.
+
+`PreflightGate.check` starts the Job (with its ConfigMap) once per combination, reads its
+outcome from the Job and its pod, and keeps the verdict in `status.preflight`, keyed by the
+request's digest: a resync or an operator restart finds it there and starts no second Job.
+`decide` (pure) turns an outcome and `spec.preflight.mode` into what the reconcile does.
+The reconcile polls a running Job through kopf's retry (backoff kind "preflight").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Mapping
+
+from specdeploy.api.conditions import Reason, Verdict
+from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller.metrics import METRICS
+from specdeploy.preflight import JUDGE_FILE
+from specdeploy.preflight.job import CONFIG_MAP_LIMIT_BYTES, JOB_LABEL, config_map_bytes, preflight_config_map, preflight_job, preflight_name
+from specdeploy.preflight.outcome import RUNNING, JudgeVerdict, Outcome, job_outcome
+from specdeploy.preflight.request import JudgeRequest
+
+# Operator-wide switch (chart: extraEnv): "false" runs no preflight Job for any CR, as on a
+# cluster that allows the operator no Jobs. Any other value, or unset: spec.preflight.mode decides.
+PREFLIGHT_ENV = "SPECDEPLOY_PREFLIGHT"
+# The judge's stage -> the finding stage whose condition it decides.
+_FINDING_STAGE = {"args": "spec", "config": "pair", "load": "load", "memory": "plan"}
+
+
+@lru_cache(maxsize=1)
+def judge_source() -> str:
+    """The judge shipped in this package, as the ConfigMap carries it."""
+    return JUDGE_FILE.read_text()
+
+
+def judged_version(spec: SpeculativeDeploymentSpec, status: Mapping[str, Any]) -> str | None:
+    """The release the image really runs (X.Y.Z of its vllm.__version__), when a preflight of
+    this image found it and the spec names no vllmVersion: it replaces the tag's guess."""
+    cached = status.get("preflight") or {}
+    if spec.vllm_version or cached.get("image") != spec.image:
+        return None
+    match = re.match(r"^(\d+\.\d+\.\d+)", str(cached.get("vllmVersion") or ""))
+    return match.group(1) if match else None
+
+
+@dataclass
+class Decision:
+    """What the reconcile does: apply the workload or not, the conditions, status.preflight."""
+
+    proceed: bool
+    preflight: Verdict
+    status: dict[str, Any] | None = None  # status.preflight (None: leave it)
+    validated: Verdict | None = None  # replaces the fast rules' Validated
+    progressing: Verdict | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    retry: str | None = None  # poll the Job again
+
+
+def _record(request: JudgeRequest, job: str, outcome: Outcome) -> dict[str, Any]:
+    verdict = outcome.verdict
+    # A pod that may still run (an image pull backing off, waiting for a node) is not a final
+    # outcome: recorded as Running, so the next reconcile reads the Job again.
+    kind = outcome.kind if outcome.final or outcome.kind != "CouldNotRun" else "Running"
+    record = {"key": request.key, "image": request.image, "job": job, "outcome": kind,
+              "stage": verdict.stage if verdict else None, "message": (verdict.error if verdict and verdict.error else outcome.why) or None,
+              "vllmVersion": verdict.vllm_version if verdict else None, "memory": verdict.memory if verdict else None}
+    return {k: v for k, v in record.items() if v is not None}
+
+
+def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast_version: str | None) -> Decision:
+    """The gate for one outcome under `mode` (Required | BestEffort)."""
+    status = _record(request, job, outcome)
+    version = outcome.verdict.vllm_version if outcome.verdict is not None else None
+    where = f"vLLM {version} in {request.image}" if version else f"vLLM in {request.image}"
+    if outcome.kind == "Passed":
+        return Decision(True, Verdict("True", Reason.PASSED, f"{where} accepts the exact args (Job {job})"), status)
+    if outcome.kind == "Refused":
+        verdict = outcome.verdict
+        assert verdict is not None
+        message = f"{where} refused the args at the {verdict.stage} stage: {verdict.error}"
+        finding = {"code": "preflight-refused", "severity": "error", "stage": _FINDING_STAGE.get(verdict.stage or "", "load"),
+                   "field": "spec", "message": message[:4096]}
+        disagree = f"vLLM {fast_version} rules accept the spec; {message}"
+        return Decision(False, Verdict("False", Reason.REFUSED, message), status, validated=Verdict("False", Reason.PREFLIGHT_REFUSED, message),
+                        findings=[finding], events=[("Warning", Reason.PREFLIGHT_DISAGREES, disagree)])
+    if outcome.kind == "Running":
+        message = f"Job {job} runs {where} on the exact args (no GPU); the workload waits for its verdict"
+        return Decision(False, Verdict("Unknown", Reason.RUNNING, message), status,
+                        progressing=Verdict("True", Reason.PREFLIGHT_RUNNING, message), retry=f"preflight Job {job} is running")
+    if mode == "BestEffort":
+        message = f"the preflight Job {job} could not run: {outcome.why}; proceeding on the fast rules (spec.preflight.mode BestEffort)"
+        return Decision(True, Verdict("Unknown", Reason.COULD_NOT_RUN, message), {**status, "outcome": "CouldNotRun"})
+    message = (f"the preflight Job {job} could not run: {outcome.why}; spec.preflight.mode Required holds the workload "
+               "(fix the cause, change the spec, or set mode BestEffort)")
+    return Decision(False, Verdict("False", Reason.COULD_NOT_RUN, message), status, progressing=Verdict("False", Reason.PREFLIGHT_HELD, message),
+                    retry=None if outcome.final else f"preflight Job {job}: {outcome.why}")
+
+
+def _cached(status: Mapping[str, Any], request: JudgeRequest) -> Outcome | None:
+    """The outcome status.preflight keeps for this request (None: not judged yet, or running)."""
+    cached = status.get("preflight") or {}
+    if cached.get("key") != request.key or cached.get("outcome") not in ("Passed", "Refused", "CouldNotRun"):
+        return None
+    kind = cached["outcome"]
+    if kind == "CouldNotRun":
+        return Outcome(kind, why=cached.get("message", ""))
+    verdict = JudgeVerdict(kind == "Passed", cached.get("stage"), cached.get("message"), cached.get("vllmVersion"), cached.get("memory"))
+    return Outcome(kind, verdict)
+
+
+def enabled() -> bool:
+    return os.environ.get(PREFLIGHT_ENV, "").strip().lower() != "false"
+
+
+def disabled() -> Decision:
+    return Decision(True, Verdict("Unknown", Reason.DISABLED, "spec.preflight.mode is Disabled: the fast rules alone decide"))
+
+
+class PreflightGate:
+    """The gate's I/O: the Job and its ConfigMap, the run's pods, status.preflight."""
+
+    def __init__(self, kube: Kube, logger: logging.Logger):
+        self.kube = kube
+        self.logger = logger
+
+    async def check(self, spec: SpeculativeDeploymentSpec, request: JudgeRequest, *, name: str, namespace: str,
+                    status: Mapping[str, Any], owner: dict[str, Any], fast_version: str | None) -> Decision:
+        """The decision for `request`: from status.preflight when it holds this request's
+        verdict (no API call), else from the Job (started here the first time)."""
+        job = preflight_name(name, request.key)
+        mode = spec.preflight.mode
+        cached = _cached(status, request)
+        if cached is not None:  # told when first recorded: no Event, no status write
+            decision = decide(cached, request, mode=mode, job=(status.get("preflight") or {}).get("job", job), fast_version=fast_version)
+            decision.status, decision.events = None, []
+            return decision
+        outcome = await self._outcome(request, job, name=name, namespace=namespace, owner=owner, spec=spec)
+        decision = decide(outcome, request, mode=mode, job=job, fast_version=fast_version)
+        if outcome.kind == "Refused" and outcome.verdict is not None:
+            METRICS.preflight_disagreements.labels(outcome.verdict.stage or "unknown").inc()
+        if decision.status is not None and decision.status.get("outcome") != "Running":
+            await self.kube.delete("ConfigMap", namespace, job)  # its Job is done with it
+        return decision
+
+    async def _outcome(self, request: JudgeRequest, job: str, *, name: str, namespace: str, owner: dict[str, Any],
+                       spec: SpeculativeDeploymentSpec) -> Outcome:
+        live = await self.kube.get("Job", namespace, job)
+        if live is None:
+            config_map = preflight_config_map(request, judge_source(), cr_name=name, namespace=namespace)
+            size = config_map_bytes(config_map)
+            if size > CONFIG_MAP_LIMIT_BYTES:
+                return Outcome("CouldNotRun", why=f"the models' configs and the judge take {size} bytes, over a ConfigMap's {CONFIG_MAP_LIMIT_BYTES}")
+            for child in (config_map, preflight_job(spec, request, cr_name=name, namespace=namespace)):
+                child["metadata"]["ownerReferences"] = [owner]
+                refused = await self._create(child)
+                if refused is not None:
+                    return Outcome("CouldNotRun", why=refused)
+            self.logger.info("Created preflight Job %s/%s for image %s", namespace, job, request.image)
+            return RUNNING
+        # The emulator ignores label selectors: keep only this Job's pods.
+        pods = [p for p in await self.kube.list("Pod", namespace, f"{JOB_LABEL}={job}")
+                if ((p.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL) == job]
+        return job_outcome(live, pods)
+
+    async def _create(self, child: dict[str, Any]) -> str | None:
+        """Create `child`; why the API server refused it for good (403: RBAC or a quota, 422:
+        an admission policy), else None. 409: created by an earlier try of this reconcile."""
+        try:
+            await self.kube.create(child)
+        except KubePermanentError as exc:
+            return f"the API server refused the {child['kind']}: {exc}"
+        except KubeTemporaryError as exc:
+            if exc.status == 403:
+                return f"the API server refused the {child['kind']}: {exc}"
+            if exc.status != 409:
+                raise
+        return None

@@ -1,0 +1,172 @@
+"""The preflight on the emulator, with the operator as shipped and a kubelet double that runs
+the preflight Job's container with the Python standing for its image (tests/integration/kubelet.py).
+
+The scenarios that need vLLM's verdict use the repository's vLLM venv (.venv-vllm, built by
+`make test`) as the image `registry.example/team/vllm:fast-build`: a tag that names no release,
+so the fast rules judge with their newest rule set and a warning, while the image's own vLLM
+decides. They are skipped, saying so, when that venv is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+import kmock
+import pytest
+from prometheus_client import generate_latest
+
+from specdeploy.controller.metrics import METRICS
+
+from .conftest import DEPLOYMENT, NS, ROOT, Cluster, Operator, eventually, example, with_identity
+from .kubelet import JOBS, KubeletDouble
+
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+CUSTOM_IMAGE = "registry.example/team/vllm:fast-build"  # a team's own build of the CPU vLLM venv
+MISSING_IMAGE = "registry.example/team/vllm:typo"  # no python stands for it: it cannot be pulled
+LLAMA = example("llama-3.1-8b-eagle3.yaml")
+needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM venv at {VLLM_PYTHON} to stand for the image (make vllm-venv)")
+# A speculative-config key the newest rule set knows and this vLLM's SpeculativeConfig does not.
+NEWER_KEY = {"disable_lookahead_block_hashes": True}
+JUDGE_TIMEOUT_S = 300.0  # a judge run on a loaded 2-core machine: import vLLM, build on meta
+
+
+@pytest.fixture
+async def kubelet(emulator: Any, tmp_path: Path) -> Any:
+    double = KubeletDouble(emulator, {CUSTOM_IMAGE: str(VLLM_PYTHON)}, tmp_path / "node", NS)
+    task = asyncio.create_task(double.run())
+    yield double
+    task.cancel()
+    await double.close()
+
+
+@pytest.fixture
+async def operator(emulator: Any, kubelet: KubeletDouble, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The operator with the preflight on (the conftest's default is off: no kubelet there)."""
+    monkeypatch.setenv("SPECDEPLOY_PREFLIGHT", "true")
+    monkeypatch.setenv("SPECDEPLOY_BACKOFF_SCALE", "0.05")  # polls of a running Job
+    op = Operator(emulator)
+    await op.start()
+    yield op
+    await op.stop()
+
+
+def cr(name: str, image: str, *, mode: str | None = None, speculative_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    doc = copy.deepcopy(LLAMA)
+    doc["metadata"]["name"] = name
+    doc["spec"]["image"] = image
+    if mode is not None:
+        doc["spec"]["preflight"] = {"mode": mode}
+    if speculative_config is not None:
+        doc["spec"]["draft"]["speculativeConfig"] = speculative_config
+    return with_identity(doc, f"uid-{name}")
+
+
+def jobs(cluster: Cluster) -> list[dict[str, Any]]:
+    resource = kmock.resource(JOBS)
+    return [cluster.get(JOBS, name) for (r, _, name), obj in list(cluster.k.objects.items()) if r == resource and not obj.deleted]
+
+
+def job_creates(cluster: Cluster) -> int:
+    return sum(1 for r in cluster.writes(resource=JOBS) if str(r.method).upper().endswith("POST"))
+
+
+def disagreements(stage: str) -> float:
+    text = generate_latest(METRICS.registry).decode()
+    line = next((ln for ln in text.splitlines() if ln.startswith(f'specdeploy_preflight_disagreements_total{{stage="{stage}"}}')), None)
+    return float(line.split()[-1]) if line else 0.0
+
+
+@needs_vllm
+async def test_refused_by_the_images_vllm_creates_no_workload(operator: Operator, cluster: Cluster, kubelet: KubeletDouble) -> None:
+    kubelet.hold.clear()  # the pod waits: the gate is seen while the Job runs
+    before = disagreements("config")
+    await cluster.create(cr("refused", CUSTOM_IMAGE, speculative_config=NEWER_KEY))
+    await eventually(lambda: cluster.condition("refused", "Preflight").get("reason") == "Running", what="Preflight Running")
+    assert cluster.condition("refused", "Progressing")["reason"] == "PreflightRunning"
+    assert cluster.condition("refused", "Ready")["reason"] == "PreflightRunning"
+    (job,) = jobs(cluster)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == CUSTOM_IMAGE
+    assert "nvidia.com/gpu" not in str(pod["containers"][0]["resources"])
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-refused"
+    kubelet.hold.set()
+    await eventually(lambda: cluster.condition("refused", "Validated").get("reason") == "PreflightRefused", JUDGE_TIMEOUT_S, "PreflightRefused")
+
+    validated = cluster.condition("refused", "Validated")
+    preflight = cluster.sd("refused")["status"]["preflight"]
+    assert validated["status"] == "False"
+    # vLLM's own words, from the image's own release.
+    assert "disable_lookahead_block_hashes" in validated["message"] and preflight["vllmVersion"] in validated["message"]
+    assert (preflight["outcome"], preflight["stage"]) == ("Refused", "config")
+    assert cluster.condition("refused", "Preflight")["reason"] == "Refused"
+    assert not cluster.exists(DEPLOYMENT, "refused")
+    assert any(f["code"] == "preflight-refused" for f in cluster.sd("refused")["status"]["findings"])
+    await eventually(lambda: {"PreflightDisagrees", "PreflightRefused"} <= {e.get("reason") for e in cluster.events()},
+                     what="Warning Events PreflightDisagrees and PreflightRefused")
+    assert disagreements("config") == before + 1
+    await eventually(lambda: not cluster.exists("v1/configmaps", job["metadata"]["name"]), what="the preflight ConfigMap removed")
+
+
+@needs_vllm
+async def test_accepted_pair_proceeds_and_is_judged_once(operator: Operator, cluster: Cluster, kubelet: KubeletDouble) -> None:
+    await cluster.create(cr("accepted", CUSTOM_IMAGE))
+    await eventually(lambda: cluster.condition("accepted", "Preflight").get("reason") == "Passed", JUDGE_TIMEOUT_S, "Preflight Passed")
+    assert cluster.exists(DEPLOYMENT, "accepted")
+    assert cluster.condition("accepted", "Validated")["status"] == "True"
+    status = cluster.sd("accepted")["status"]
+    real = status["preflight"]["vllmVersion"]
+    assert status["preflight"]["outcome"] == "Passed" and real
+    assert kubelet.started == [jobs(cluster)[0]["metadata"]["name"]]
+
+    # A restart resyncs every CR: the verdict is kept in status, so no second Job.
+    await operator.stop()
+    mark = cluster.mark()
+    await operator.start()
+    # The image's real release now judges (the tag named none): its exact rule set, no guess.
+    await eventually(lambda: cluster.sd("accepted")["status"]["plan"]["vllmVersion"] == real.split("+")[0], what="the real release judging")
+    assert "vllm-version-unknown" not in [f["code"] for f in cluster.sd("accepted")["status"].get("findings", [])]
+    assert job_creates(cluster) == 1 and len(kubelet.started) == 1
+    assert cluster.writes(since=mark, resource=DEPLOYMENT) == []
+
+
+async def test_unpullable_image_proceeds_under_best_effort(operator: Operator, cluster: Cluster) -> None:
+    await cluster.create(cr("pull-best", MISSING_IMAGE))
+    await eventually(lambda: cluster.condition("pull-best", "Preflight").get("reason") == "CouldNotRun", what="CouldNotRun")
+    assert cluster.exists(DEPLOYMENT, "pull-best")
+    preflight = cluster.condition("pull-best", "Preflight")
+    assert (preflight["status"], preflight["reason"]) == ("Unknown", "CouldNotRun")
+    assert "ErrImagePull" in preflight["message"] and "BestEffort" in preflight["message"]
+    assert cluster.condition("pull-best", "Validated")["status"] == "True"
+    await eventually(lambda: "CouldNotRun" in [e.get("reason") for e in cluster.events()], what="a CouldNotRun Warning")
+
+
+async def test_unpullable_image_is_held_under_required(operator: Operator, cluster: Cluster) -> None:
+    await cluster.create(cr("pull-required", MISSING_IMAGE, mode="Required"))
+    await eventually(lambda: cluster.condition("pull-required", "Progressing").get("reason") == "PreflightHeld", what="PreflightHeld")
+    preflight = cluster.condition("pull-required", "Preflight")
+    assert (preflight["status"], preflight["reason"]) == ("False", "CouldNotRun")
+    assert cluster.condition("pull-required", "Ready")["status"] == "False"
+    assert cluster.condition("pull-required", "Stalled")["status"] == "True"
+    assert not cluster.exists(DEPLOYMENT, "pull-required")
+
+
+async def test_disabled_runs_no_job(operator: Operator, cluster: Cluster) -> None:
+    await cluster.create(cr("no-preflight", MISSING_IMAGE, mode="Disabled"))
+    await eventually(lambda: cluster.condition("no-preflight", "Preflight").get("reason") == "Disabled", what="Preflight Disabled")
+    assert cluster.exists(DEPLOYMENT, "no-preflight")
+    assert jobs(cluster) == []
+
+
+
+async def test_a_held_update_leaves_the_serving_workload_as_it_is(operator: Operator, cluster: Cluster) -> None:
+    await cluster.create(cr("serving", CUSTOM_IMAGE, mode="Disabled"))
+    await eventually(lambda: cluster.condition("serving", "Preflight").get("reason") == "Disabled", what="Preflight Disabled")
+    before = cluster.get(DEPLOYMENT, "serving")
+    await cluster.patch_spec("serving", {"image": MISSING_IMAGE, "preflight": {"mode": "Required"}}, generation=2)
+    await eventually(lambda: cluster.condition("serving", "Progressing").get("reason") == "PreflightHeld", what="PreflightHeld")
+    after = cluster.get(DEPLOYMENT, "serving")
+    assert after["spec"] == before["spec"]  # still the image the fast rules and the old spec chose
+    assert after["spec"]["template"]["spec"]["containers"][0]["image"] == CUSTOM_IMAGE

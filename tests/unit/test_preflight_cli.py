@@ -1,0 +1,80 @@
+"""`specdeploy preflight`: the installed console script, as a user runs it, in a subprocess.
+
+The run that needs vLLM uses the repository's vLLM venv (.venv-vllm, built by `make test`)
+and is skipped, saying so, without it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from specdeploy.vllm import DEFAULT_IMAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+EXE = str(Path(sys.executable).with_name("specdeploy"))
+LLAMA = ROOT / "examples" / "llama-3.1-8b-eagle3.yaml"
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, "preflight", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_render_prints_the_job_and_config_map_the_operator_creates() -> None:
+    result = run("-f", str(LLAMA), "--render", "-o", "yaml")
+    assert result.returncode == 0, result.stderr
+    config_map, job = yaml.safe_load_all(result.stdout)
+    assert (config_map["kind"], job["kind"]) == ("ConfigMap", "Job")
+    kubernetes_validate.validate(job, "1.35.0", strict=True)
+    kubernetes_validate.validate(config_map, "1.35.0", strict=True)
+    cr = yaml.safe_load(LLAMA.read_text())
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == cr["spec"].get("image", DEFAULT_IMAGE)
+    assert "def main" in config_map["data"]["vllm_judge.py"]  # the judge itself, readable
+    assert json.loads(config_map["data"]["request.json"])["args"][0] == cr["spec"]["target"]["model"]
+
+
+@pytest.mark.parametrize("flags", [[], ["--render", "--python", "python3"]])
+def test_exactly_one_of_python_and_render(flags: list[str]) -> None:
+    result = run("-f", str(LLAMA), *flags)
+    assert result.returncode == 2 and "--python" in result.stderr and "--render" in result.stderr
+
+
+def test_a_python_that_cannot_start_is_a_usage_error(tmp_path: Path) -> None:
+    result = run("-f", str(LLAMA), "--python", str(tmp_path / "no-python"), "-o", "json")
+    assert result.returncode == 2 and "--python" in result.stderr
+    assert json.loads(result.stdout)["ok"] is False
+
+
+def test_a_spec_the_fast_rules_refuse_is_not_judged(tmp_path: Path) -> None:
+    cr = yaml.safe_load(LLAMA.read_text())
+    cr["spec"]["parallelism"] = {"tensorParallelSize": 5}  # 32 heads: no
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cr))
+    result = run("-f", str(path), "--python", sys.executable, "-o", "json")
+    assert result.returncode == 2
+    (only,) = json.loads(result.stdout)["results"]
+    assert only["ok"] is False and only["stage"] is None and "specdeploy plan -f" in only["error"]
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM venv at {VLLM_PYTHON} (make vllm-venv)")
+def test_the_images_vllm_refuses_what_the_newest_rules_accept(tmp_path: Path) -> None:
+    """A tag that names no release: the fast rules judge with their newest rule set, which knows
+    a speculative-config key that this vLLM's SpeculativeConfig refuses."""
+    cr = yaml.safe_load(LLAMA.read_text())
+    cr = copy.deepcopy(cr)
+    cr["spec"]["image"] = "registry.example/team/vllm:fast-build"
+    cr["spec"]["draft"]["speculativeConfig"] = {"disable_lookahead_block_hashes": True}
+    path = tmp_path / "custom.yaml"
+    path.write_text(yaml.safe_dump(cr))
+    result = run("-f", str(path), "--python", str(VLLM_PYTHON), "-o", "json", timeout=600)
+    assert result.returncode == 1, result.stderr
+    (only,) = json.loads(result.stdout)["results"]
+    assert (only["name"], only["ok"], only["stage"]) == (cr["metadata"]["name"], False, "config")
+    assert "disable_lookahead_block_hashes" in only["error"] and only["vllmVersion"]
