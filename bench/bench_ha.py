@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 from specdeploy.controller.leader import LEASE_DURATION  # noqa: E402
 from specdeploy.demo import SD_RESOURCE, register_resources, write_kubeconfig  # noqa: E402
 from specdeploy.emulator import ApiServerEmulator  # noqa: E402
-from tests.integration.chart_process import ChartPod, deployment_container, free_port, render  # noqa: E402
+from tests.integration.chart_process import NO_KUBELET, ChartPod, deployment_container, free_port, render  # noqa: E402
 
 LEASE = ("coordination.k8s.io/v1/leases", "ns1", "specdeploy-operator")
 SD_PATH = "/apis/specdeploy.io/v1alpha1/namespaces/ns1/speculativedeployments"
@@ -62,7 +62,7 @@ def _generation(emulator: Any, name: str) -> int:
 
 
 async def _handover(emulator: Any, kubeconfig: Path, logs: Path, sig: signal.Signals, run: int) -> dict[str, float]:
-    container = deployment_container(render("replicas=2", "watchNamespaces={ns1}"))
+    container = deployment_container(render("replicas=2", "watchNamespaces={ns1}", NO_KUBELET))
     pods = [ChartPod(f"{n}{run}", container, kubeconfig, log_dir=logs, extra_env=CHART_LEASE) for n in "ab"]
     doc = copy.deepcopy(next(d for d in yaml.safe_load_all((ROOT / "examples" / "qwen3-8b-ngram.yaml").read_text()) if d))
     name = doc["metadata"]["name"] = f"ha-{run}"
@@ -87,7 +87,7 @@ async def _handover(emulator: Any, kubeconfig: Path, logs: Path, sig: signal.Sig
 
 
 async def _soak(emulator: Any, kubeconfig: Path, logs: Path, seconds: float) -> dict[str, Any]:
-    container = deployment_container(render("replicas=2", "watchNamespaces={ns1}"))
+    container = deployment_container(render("replicas=2", "watchNamespaces={ns1}", NO_KUBELET))
     pods = [ChartPod(f"soak-{n}", container, kubeconfig, log_dir=logs, extra_env=CHART_LEASE) for n in "ab"]
     period = container["livenessProbe"]["periodSeconds"]
     answers: list[int] = []

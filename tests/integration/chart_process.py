@@ -27,6 +27,9 @@ CHART = ROOT / "charts" / "specdeploy"
 RELEASE, NAMESPACE = "sd", "ns1"
 # A short lease keeps the tests quick; the chart's default is leader.LEASE_DURATION.
 START_S = 90  # how long an operator process may take to start (imports) on a busy machine
+# The emulator has no kubelet to run a preflight Job: chart-run operators are rendered with the
+# chart's own switch off (test_preflight.py runs the Job with its kubelet double, kubelet.py).
+NO_KUBELET = "preflight.enabled=false"
 TEST_ENV = {"SPECDEPLOY_LEASE_DURATION_S": "6", "HF_HUB_OFFLINE": "1", "SPECDEPLOY_BACKOFF_SCALE": "0.05"}
 
 

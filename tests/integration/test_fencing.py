@@ -21,13 +21,13 @@ import pytest
 from specdeploy.controller.leader import FENCED_EXIT
 from specdeploy.demo import write_kubeconfig
 
-from .chart_process import START_S, ChartPod, deployment_container, lease_holder, render
+from .chart_process import NO_KUBELET, START_S, ChartPod, deployment_container, lease_holder, render
 from .conftest import Cluster, eventually, example, with_identity
 from .fault_proxy import PARTITIONS, FaultProxy, Write, start_proxy
 
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
 NAME = LLAMA["metadata"]["name"]
-VALUES = ("replicas=2", "watchNamespaces={ns1}")
+VALUES = ("replicas=2", "watchNamespaces={ns1}", NO_KUBELET)
 K_ARG = re.compile(r'"num_speculative_tokens":\s*(\d+)')
 
 

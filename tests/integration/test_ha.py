@@ -15,13 +15,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .chart_process import START_S, ChartPod, client_context, deployment_container, http_get, lease_holder, render, self_signed
+from .chart_process import NO_KUBELET, START_S, ChartPod, client_context, deployment_container, http_get, lease_holder, render, self_signed
 from .conftest import DEPLOYMENT, Cluster, eventually, example, with_identity
 
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
 NAME = LLAMA["metadata"]["name"]
 TERMINATION_GRACE_S = 30  # the pod's default terminationGracePeriodSeconds: SIGKILL after it
-HA_VALUES = ("replicas=2", "watchNamespaces={ns1}", "webhook.enabled=true", "webhook.certManager.enabled=true")
+HA_VALUES = ("replicas=2", "watchNamespaces={ns1}", "webhook.enabled=true", "webhook.certManager.enabled=true", NO_KUBELET)
 
 
 @pytest.fixture

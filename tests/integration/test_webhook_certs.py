@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .chart_process import START_S, ChartPod, deployment_container, render, self_signed
+from .chart_process import NO_KUBELET, START_S, ChartPod, deployment_container, render, self_signed
 from .conftest import eventually
 
-VALUES = ("replicas=1", "watchNamespaces={ns1}", "webhook.enabled=true", "webhook.certManager.enabled=true")
+VALUES = ("replicas=1", "watchNamespaces={ns1}", "webhook.enabled=true", "webhook.certManager.enabled=true", NO_KUBELET)
 
 
 async def _off_loop(check: Any, what: str) -> None:
@@ -74,7 +74,7 @@ async def test_without_cert_manager_the_leader_keeps_the_certificate_and_the_ca_
     """The chart's default webhook (no cert-manager): the operator issues the Secret and fills
     the caBundle; the API server, trusting that caBundle, accepts what the webhook serves for
     the Service's DNS name once the kubelet has put the Secret in the volume."""
-    objects = render("replicas=1", "watchNamespaces={ns1}", "webhook.enabled=true")
+    objects = render("replicas=1", "watchNamespaces={ns1}", "webhook.enabled=true", NO_KUBELET)
     (configuration,) = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
     response = await emulator.post("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", json=configuration)
     assert response.status in (200, 201), await response.text()

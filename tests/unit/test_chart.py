@@ -255,6 +255,20 @@ def test_secret_reading_is_switched_on_in_the_operator_exactly_when_rbac_allows_
             assert READ_SECRETS_ENV not in env
 
 
+def test_the_preflight_is_on_unless_the_chart_switches_it_off(helm):
+    """preflight.enabled=false reaches the operator as the switch it reads; by default the
+    operator runs the preflight (no variable: controller/preflight.py's default is on)."""
+    from specdeploy.controller.preflight import PREFLIGHT_ENV, enabled
+
+    default = {e["name"]: e.get("value") for e in _container(render(helm, None))["env"]}
+    assert PREFLIGHT_ENV not in default
+    off = {e["name"]: e.get("value") for e in _container(render(helm, None, "--set", "preflight.enabled=false"))["env"]}
+    assert off[PREFLIGHT_ENV] == "false"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PREFLIGHT_ENV, off[PREFLIGHT_ENV])
+        assert not enabled()
+
+
 def test_rbac_can_be_left_to_the_cluster_admin(helm):
     objects = render(helm, None, "--set", "rbac.create=false", "--set", "serviceAccount.create=false",
                      "--set", "serviceAccount.name=existing-sa")
