@@ -126,7 +126,7 @@ def logic_to_write(version: str, old: dict[str, Any], new: dict[str, Any]) -> li
 
     todo = []
     if version not in RELEASE_LOGIC:
-        todo.append(f"add RELEASE_LOGIC[{version!r}] to operator/specdeploy/vllm/release_logic.py (copy the newest entry)")
+        todo.append(f"add RELEASE_LOGIC[{version!r}] to operator/specdeploy/vllm/release_logic.py (replace(the newest, ...) with what changed)")
     if version not in SUPPORTED_VERSIONS:
         todo.append(f"add {version!r} to SUPPORTED_VERSIONS in operator/specdeploy/vllm/versions.py")
     added, _, _ = _changed(old["speculative_config_fields"], new["speculative_config_fields"])
