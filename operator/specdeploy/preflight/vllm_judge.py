@@ -61,11 +61,6 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 from unittest import mock
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # a CUDA image without a GPU: vLLM's CPU platform
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the verdict only
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 STAGES = ("args", "config", "load", "memory")
 MAX_VERDICT_BYTES = 4096  # Kubernetes keeps this much of a termination message
@@ -363,11 +358,22 @@ class _Built:
     requested_block_size: int = 0
 
 
+def _judging_environment() -> None:
+    """Before vLLM is imported: no Hub, vLLM's CPU platform, its logs on stderr. Set by the
+    Judge, not at import, so a process that only imports this file keeps its environment."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # a CUDA image without a GPU: vLLM's CPU platform
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the verdict only
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
 class Judge:
     """One process-wide set of stand-ins; `judge()` per request. The parity suite keeps one
     Judge for its whole grid; the preflight Job makes one for its one request."""
 
     def __init__(self) -> None:
+        _judging_environment()
         import torch
         import vllm
         import vllm.config.vllm as config_vllm
