@@ -45,6 +45,7 @@ pytest.importorskip("kmock")
 from tests.integration.conftest import (  # noqa: E402  (fixtures: the operator on kmock, with resourceVersions and generateName)
     DEPLOYMENT, NS, Cluster, Operator, cluster, emulator, eventually, kmock_options, operator, with_identity,
 )
+from tests.integration.test_telemetry import replica_set  # noqa: E402  (the ReplicaSet the Deployment controller makes)
 
 TELEMETRY_INTERVAL_S = 0.5
 
@@ -209,13 +210,15 @@ def _metrics_gets(server: "Server") -> int:
     return server.log.read_text(errors="replace").count('"GET /metrics HTTP/1.1" 200')
 
 
-def _pod(name: str, port: int) -> dict[str, Any]:
-    """The serving pod as kubelet would report it, at the test server's address."""
+def _pod(name: str, port: int, owner_uid: str) -> dict[str, Any]:
+    """The serving pod as kubelet would report it, at the test server's address, owned by the
+    Deployment's ReplicaSet (the scraper reads only pods its workload owns)."""
     from specdeploy.render.labels import labels
 
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-5d8f", "uid": owner_uid, "controller": True}
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{name}-0", "namespace": NS, "labels": labels(name)},
+        "metadata": {"name": f"{name}-0", "namespace": NS, "labels": labels(name), "ownerReferences": [owner]},
         "spec": {"containers": [{"name": "vllm", "image": "vllm", "ports": [{"name": "http", "containerPort": port}]}]},
         "status": {"phase": "Running", "podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
     }
@@ -239,7 +242,8 @@ async def _serve_and_speculate(name: str, document: dict[str, Any], cluster: Clu
     try:
         await asyncio.to_thread(server.wait_healthy)
         await cluster.patch_status(DEPLOYMENT, name, {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1})
-        response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=_pod(name, server.port))
+        owner = await replica_set(cluster, name)
+        response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=_pod(name, server.port, owner))
         assert response.status in (200, 201), await response.text()
         await eventually(lambda: _metrics_gets(server) >= 2, what="the scraper's baseline")
         _, before = await asyncio.to_thread(_get, server.url + "/metrics")
