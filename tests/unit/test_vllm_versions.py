@@ -167,9 +167,10 @@ def test_0_34_memory_defaults_come_from_its_cache_config() -> None:
     assert new.memory_assumptions()["kvCacheSizing"].startswith("extensible")
 
 
-def test_mtp_on_a_target_without_mtp_layers_is_refused_until_0_34_accepts_it_with_a_warning() -> None:
+def test_mtp_on_a_target_without_mtp_layers_is_refused_at_config_then_at_load_from_0_34() -> None:
     """0.33.0's __post_init__ refuses a draft that is no MTP model; 0.34.0's MTPSpeculatorConfig
-    lets the target draft itself (checked against vLLM in tests/parity)."""
-    for version, ok, code in (("0.33.0", False, "mtp-unsupported-target"), ("0.34.0", True, "mtp-target-without-mtp-layers")):
+    lets the target draft itself, and the build then fails (checked against vLLM in tests/parity)."""
+    for version, stage, code in (("0.33.0", "pair", "mtp-unsupported-target"), ("0.34.0", "load", "mtp-target-without-mtp-layers")):
         evaluation = on(version, "Qwen__Qwen3-8B", None, "mtp", 1, {})
-        assert evaluation.ok is ok and code in {f.code for f in evaluation.findings}
+        found = {f.code: f for f in evaluation.findings}
+        assert not evaluation.ok and found[code].stage.value == stage

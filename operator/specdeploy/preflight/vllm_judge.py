@@ -68,7 +68,10 @@ MAX_ERROR_CHARS = 2000
 EXIT_OK, EXIT_REFUSED, EXIT_BROKEN = 0, 1, 2
 # Layers the CPU build cannot make at all (a GPU builds them): no verdict on a pod.
 CPU_ONLY_FAILURES = ("requires a CUDA device", "is not implemented on CPU", "is supported only for CUDA",
-                     "Cannot access accelerator device")  # 0.34's sparse-MLA layers (DeepSeek-V3.2, GLM-5)
+                     "Cannot access accelerator device",  # 0.34's sparse-MLA layers (DeepSeek-V3.2, GLM-5)
+                     # 0.34 config/cache.py: the extensible KV cache (on by default on CUDA/ROCm) checks
+                     # the platform it runs on; the CPU build cannot stand for a GPU there.
+                     "only supported on CUDA and ROCm")
 # Launch flags of a multi-node pod; one process judges rank 0 (render/pod.py adds them).
 _LAUNCH_FLAGS = {"--nnodes": 1, "--node-rank": 1, "--master-addr": 1, "--master-port": 1, "--headless": 0,
                  "--distributed-executor-backend": 1}
@@ -469,6 +472,8 @@ class Judge:
         try:
             return _inspected(build)
         except Exception as exc:  # noqa: BLE001 - vLLM's refusal is the verdict
+            if any(s in str(exc) for s in CPU_ONLY_FAILURES):
+                raise CannotJudgeOnCpu(f"config: {error_text(exc)}") from exc
             raise Refused("config", exc) from exc
 
     def _local_models(self, args: argparse.Namespace, request: Request, strip_quantization: bool) -> argparse.Namespace:

@@ -7,7 +7,7 @@ Two kinds: `check_pair` (independent of the parallel layout) and `check_layout`
 from __future__ import annotations
 
 from specdeploy.api.spec import DRAFT_TP_FIELD, PP_FIELD, TP_FIELD, SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, error, info, warning
+from specdeploy.findings import Finding, Stage, error, info, warning
 from specdeploy.geometry import Geometry, Models
 from specdeploy.validation.speculative_config import FIELD as PASSTHROUGH_FIELD
 from specdeploy.vllm import VllmFacts
@@ -43,10 +43,12 @@ def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draf
         # SpeculativeConfig.hf_config_override + __post_init__ (vllm/config/speculative.py).
         module = target.mtp
         if module is None and not facts.logic.mtp_needs_an_mtp_draft:
-            findings.append(warning("mtp-target-without-mtp-layers", "spec.draft.method",
-                                    f"vLLM {facts.version}'s config accepts this, drafting with the {target.model_type or 'target'} model itself "
-                                    f"({list(target.architectures)}), which has no MTP layers: expect no useful drafts, or a failure when the "
-                                    "MTP speculator first runs it; use a method with a draft model, or a lookup method"))
+            # The config passes, but the build registers the target's layers twice (the draft is
+            # the target model): 'ValueError: Duplicate layer name' (its meta-device build in tests/parity).
+            findings.append(error("mtp-target-without-mtp-layers", "spec.draft.method",
+                                  f"vLLM {facts.version}'s config accepts this, drafting with the {target.model_type or 'target'} model itself "
+                                  f"({list(target.architectures)}), which has no MTP layers, but its model build then fails "
+                                  "('Duplicate layer name'); use a method with a draft model, or a lookup method", Stage.LOAD))
         elif module is None:
             findings.append(error("mtp-unsupported-target", "spec.draft.method",
                                   f"vLLM has no MTP module for a {target.model_type or 'config without model_type'} target ({list(target.architectures)}); use a method with a draft model, or a lookup method ({', '.join(m.name for m in METHOD_TABLE.values() if m.drafting == 'lookup')})"))
