@@ -213,9 +213,12 @@ async def test_the_operator_reads_no_local_file_a_cr_names(operator: Operator, c
     del doc["spec"]["target"]["config"]
     doc["spec"]["target"]["model"] = "/etc/passwd"
     await cluster.create(with_identity(doc, "uid-path"))
-    await eventually(lambda: cluster.condition("local-path", "Validated").get("status") == "False", what="Validated=False")
-    message = cluster.condition("local-path", "Validated")["message"]
-    assert "spec.target.model" in message and "reads no local files" in message
+    await eventually(lambda: cluster.condition("local-path", "Validated").get("reason") == "ConfigInvalid", what="ConfigInvalid")
+    validated = cluster.condition("local-path", "Validated")
+    message = validated["message"]
+    assert validated["status"] == "False" and message.startswith("spec.target.model: ") and "reads no local files" in message
+    assert cluster.condition("local-path", "Planned")["reason"] == "NotValidated"
+    assert [f["code"] for f in cluster.sd("local-path")["status"]["findings"]] == ["config-invalid"]
     assert not cluster.exists(DEPLOYMENT, "local-path")
 
 

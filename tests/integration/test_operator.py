@@ -175,19 +175,6 @@ async def test_missing_configmap_is_retried_and_reported(operator: Operator, clu
     assert not cluster.exists(DEPLOYMENT, "from-configmap")
 
 
-async def test_a_model_the_operator_cannot_read_is_config_invalid_and_not_retried(operator: Operator, cluster: Cluster) -> None:
-    """A path as the target's model: the operator reads no local files, so no retry can help.
-    Validated=False ConfigInvalid naming the field, Planned=Unknown, and nothing is created."""
-    doc = copy.deepcopy(LLAMA)
-    doc["metadata"]["name"] = "local-path"
-    del doc["spec"]["target"]["config"]
-    doc["spec"]["target"]["model"] = "/models/llama"
-    await cluster.create(with_identity(doc, "uid-local-path"))
-    await eventually(lambda: cluster.condition("local-path", "Validated").get("reason") == "ConfigInvalid", what="ConfigInvalid")
-    validated = cluster.condition("local-path", "Validated")
-    assert validated["status"] == "False" and validated["message"].startswith("spec.target.model: ")
-    assert cluster.condition("local-path", "Planned")["reason"] == "NotValidated"
-    assert [f["code"] for f in cluster.sd("local-path")["status"]["findings"]] == ["config-invalid"]
     assert not cluster.exists(DEPLOYMENT, "local-path")
 
 
