@@ -102,6 +102,8 @@ class Geometry:
     text_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # The vision tower's config, for the sizes its layers split over TP (validation/load.py).
     vision_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The checkpoint's quantization_config, for the widths its weight blocks need (validation/load.py).
+    quantization: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_moe(self) -> bool:
@@ -304,7 +306,8 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
     experts = _first(text, _EXPERT_KEYS, 0) or 0
     if isinstance(experts, list):
         experts = experts[0]
-    bits = _weight_bits(_quantization(config, text))
+    quantization = _quantization(config, text)
+    bits = _weight_bits(quantization)
     # A speculators checkpoint's proposal count is not a default vLLM applies to a draft
     # (SpeculativeConfig reads only hf_config.n_predict), so it is not read here either.
     n_predict = _get(config, "n_predict")
@@ -350,6 +353,7 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
         text_config=text.to_dict() if isinstance(text, PretrainedConfig) else dict(text),
         vision_config=_as_dict(_get(config, "vision_config")),
+        quantization=quantization or {},
     )
     return geometry, []
 

@@ -32,7 +32,8 @@ a cache spec): empty modules for CUDA-only packages (`cutlass`, `cuda`) and `tor
 (image processors of VL wrappers); `torch.cuda.Stream`/`Event` and
 `torch.accelerator.empty_cache` no-ops; `quantization_config` stripped for the load and
 memory stages (no CPU kernel for these formats; it changes weights, not the KV cache), with
-the unquantized MoE backend choice stubbed; the GPU's FLASHMLA_SPARSE backend for sparse
+the unquantized MoE backend choice stubbed, except FP8's, built with a GPU's kernel choice
+(`_shim_gpu_fp8_kernels`) so that its weight-block checks judge the TP; the GPU's FLASHMLA_SPARSE backend for sparse
 MLA (the CPU platform refuses it); `HAS_TRITON` true so vLLM picks its model runner as on a
 GPU; the GPU classes of DeepSeek-V4's MTP/DSpark heads (the CPU ones only raise). Multi-node
 launch flags are dropped and the executor is `external_launcher` (one process stands for
@@ -326,6 +327,24 @@ def _shim_gpu_batch_defaults(gpu_memory_bytes: int) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def _shim_gpu_fp8_kernels() -> Iterator[None]:
+    """FP8 checkpoints are built with their quantization, as on a GPU: every shape check of
+    `Fp8LinearMethod.create_weights` (`validate_fp8_block_shape`) and `Fp8MoEMethod.create_weights`
+    (`validate_fp8_block_shape_moe`, the refined MoE block of fused_moe/oracle/fp8.py) runs as
+    vLLM wrote it. Only the kernel choice stands in for a GPU's: the CPU build's block-FP8 linear
+    kernels need AMX ("Failed to find a kernel that can implement the ScaledMM linear layer"),
+    where CUDA lists Triton's block kernel, which takes any shape those checks admit; the MoE
+    backend is Triton's, which the GPU's oracle keeps for refined blocks. Same in 0.32-0.34."""
+    import vllm.model_executor.layers.quantization.fp8 as fp8
+    from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend
+
+    with mock.patch.object(fp8, "init_fp8_linear_kernel", lambda **_config: mock.MagicMock()), \
+            mock.patch.object(fp8, "select_fp8_moe_backend",
+                              lambda *_a, **_k: (Fp8MoeBackend.TRITON, mock.MagicMock())):
+        yield
+
+
 # ---------------------------------------------------------------- the judge
 
 
@@ -493,13 +512,13 @@ class Judge:
 
     def _model_dir(self, directory: str) -> str:
         """A copy of the model's directory (links to its files) whose config.json has no
-        quantization_config."""
+        quantization_config but FP8's."""
         root = Path(tempfile.mkdtemp(dir=self._tmp.name))
         for entry in Path(directory).iterdir():
             if entry.name != "config.json":
                 (root / entry.name).symlink_to(entry.resolve())
         config = json.loads((Path(directory) / "config.json").read_text())
-        (root / "config.json").write_text(json.dumps(_without_quantization(config)))
+        (root / "config.json").write_text(json.dumps(_built_quantization(config)))
         return str(root)
 
     def _load(self, config: Any) -> _Built:
@@ -531,6 +550,7 @@ class Judge:
             for target in ("torch.cuda.Stream", "torch.cuda.Event"):
                 stack.enter_context(mock.patch(target, mock.MagicMock()))
             stack.enter_context(mock.patch("torch.accelerator.empty_cache"))
+            stack.enter_context(_shim_gpu_fp8_kernels())
             stack.enter_context(mock.patch(
                 "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method.select_unquantized_moe_backend",
                 return_value=(mock.MagicMock(), mock.MagicMock())))
@@ -680,6 +700,15 @@ def _without_quantization(config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(config.get("text_config"), dict):
         config["text_config"] = {k: v for k, v in config["text_config"].items() if k != "quantization_config"}
     return config
+
+
+def _built_quantization(config: dict[str, Any]) -> dict[str, Any]:
+    """The config the load stage builds: FP8 kept (`_shim_gpu_fp8_kernels`: its shape checks are
+    part of the verdict), other formats stripped (no CPU kernel to build them with)."""
+    quantization = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config")
+    if isinstance(quantization, dict) and str(quantization.get("quant_method", "")).lower() == "fp8":
+        return config
+    return _without_quantization(config)
 
 
 def _used_models(args: argparse.Namespace) -> set[str]:

@@ -13,7 +13,8 @@ from specdeploy.validation.rules import DRAFT_TP_FIELD, TP_FIELD, check_model_tp
 from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIELDS, MARKOV_RANK_DSPARK_ARCHITECTURES,
                                     draft_architectures)
 from specdeploy.vllm.methods import built_draft_tp
-from specdeploy.vllm.tp_splits import tp_split_failures
+from specdeploy.vllm.fp8_blocks import fp8_block_failures
+from specdeploy.vllm.tp_splits import expert_width_failures, tp_split_failures
 
 LOAD = Stage.LOAD
 
@@ -86,8 +87,12 @@ _DRAFT_BUILD = ("vLLM builds the draft's layers with the target's tensor-paralle
 
 
 def _split_failures(model: Geometry, architectures: list[str], tp: int, who: str, field: str) -> list[Finding]:
-    """Sizes the model's class divides by TP that this TP does not divide (vllm/tp_splits.py)."""
+    """Sizes the model's layers divide by TP that this TP does not divide: its class's
+    (vllm/tp_splits.py), its experts' width, and its FP8 weight blocks (vllm/fp8_blocks.py)."""
     reasons = tp_split_failures(tuple(architectures), model.text_config, {"vision_config": model.vision_config}, tp)
+    name = architectures[0] if architectures else model.model_type
+    layers = expert_width_failures(model.text_config, tp) + fp8_block_failures(model.text_config, model.quantization, tp)
+    reasons += [f"{name}'s {reason}" for reason in layers]
     return [error(f"{who}-load-fails", field,
                   f"vLLM accepts TP {tp} for the {who} but cannot build it: {reason}; the pod would fail at model "
                   f"load. Choose a tensor parallel size that divides it", LOAD) for reason in reasons]

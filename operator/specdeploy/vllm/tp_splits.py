@@ -61,6 +61,23 @@ TP_SPLITS: dict[str, tuple[TpSplit, ...]] = {
 }
 
 
+_EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
+_EXPERT_WIDTH = ("model_executor/layers/fused_moe/config.py FusedMoEConfig.__post_init__ "
+                 "(assert intermediate_size % tp_size == 0)")
+
+
+def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
+    """Every FusedMoE layer splits its experts' width over TP (specdeploy never enables expert
+    parallel) and asserts it splits whole, whatever the architecture or quantization. Built on
+    the meta device: a Qwen3-MoE with 1100-wide experts builds at TP 4 and fails at TP 8 with
+    an AssertionError."""
+    experts = _first(config, _EXPERT_KEYS, None)
+    width = _first(config, ("moe_intermediate_size", "intermediate_size"), None)
+    if not experts or not width or width % tp == 0:
+        return []
+    return [f"mlp.experts: the experts' width {width} is not divisible by TP {tp} ({_EXPERT_WIDTH})"]
+
+
 def tp_split_failures(architectures: tuple[str, ...], config: Mapping[str, Any], sections: Mapping[str, Mapping[str, Any]],
                       tp: int) -> list[str]:
     """Why the first registered of `architectures` cannot be built at `tp`: one sentence per
