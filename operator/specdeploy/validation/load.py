@@ -14,7 +14,7 @@ from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIE
                                     draft_architectures)
 from specdeploy.vllm.methods import built_draft_tp
 from specdeploy.vllm.fp8_blocks import fp8_block_failures
-from specdeploy.vllm.tp_splits import expert_width_failures, tp_split_failures
+from specdeploy.vllm.tp_splits import expert_width_failures, tp_split_failures, vocab_failures
 
 LOAD = Stage.LOAD
 
@@ -91,7 +91,8 @@ def _split_failures(model: Geometry, architectures: list[str], tp: int, who: str
     (vllm/tp_splits.py), its experts' width, and its FP8 weight blocks (vllm/fp8_blocks.py)."""
     reasons = tp_split_failures(tuple(architectures), model.text_config, {"vision_config": model.vision_config}, tp)
     name = architectures[0] if architectures else model.model_type
-    layers = expert_width_failures(model.text_config, tp) + fp8_block_failures(model.text_config, model.quantization, tp)
+    layers = (vocab_failures(model.vocab_size, tp) + expert_width_failures(model.text_config, tp)
+              + fp8_block_failures(model.text_config, model.quantization, tp))
     reasons += [f"{name}'s {reason}" for reason in layers]
     return [error(f"{who}-load-fails", field,
                   f"vLLM accepts TP {tp} for the {who} but cannot build it: {reason}; the pod would fail at model "

@@ -43,8 +43,55 @@ _MOONVIT_MLP = TpSplit(
     "MoonViTEncoderLayer.__init__ splits the tower only when is_vit_use_data_parallel(num_heads) is False",
     section="vision_config", tp_only_when_heads_divide=("num_attention_heads", "vt_num_attention_heads"))
 
+
+def _tower(what: str, key: str, default: int, source: str) -> TpSplit:
+    """A vision tower size split over TP whatever the heads: these towers call
+    vision.py is_vit_use_data_parallel() without heads, so they run TP unless
+    mm_encoder_tp_mode is "data", which specdeploy never sets. The default is the
+    vision config class's (transformers), for a config that omits the key."""
+    return TpSplit(f"vision tower {what}", (key,), source, section="vision_config", default=default)
+
+
+_QWEN_VIT_HEADS = "model_executor/models/qwen2_5_vl.py Qwen2_5_VisionAttention.__init__ (divide(num_heads, tp_size))"
+_QWEN3_VIT = (_tower("heads", "num_heads", 16, _QWEN_VIT_HEADS + ", built by qwen3_vl.py Qwen3_VisionBlock"),
+              _tower("MLP", "intermediate_size", 4304, "model_executor/models/qwen3_vl.py Qwen3_VisionMLP.__init__ "
+                     "(linear_fc1 ColumnParallelLinear)"))
+_GLM4V_VIT = (_tower("heads", "num_heads", 12, "model_executor/models/glm4_1v.py Glm4vVisionAttention.__init__ "
+                     "(divide(num_heads, tp_size))"),
+              _tower("MLP", "out_hidden_size", 4096, "model_executor/models/glm4_1v.py Glm4vVisionBlock's "
+                     "Glm4vVisionMLP (MergedColumnParallelLinear of out_hidden_size)"),
+              _tower("patch merger", "intermediate_size", 13696, "model_executor/models/glm4_1v.py "
+                     "Glm4vPatchMerger.__init__ (MergedColumnParallelLinear of intermediate_size)"))
+_SIGLIP_VIT = (_tower("heads", "num_attention_heads", 12, "model_executor/models/siglip.py SiglipAttention.__init__ "
+                      "(divide(num_heads, tp_size))"),
+               _tower("MLP", "intermediate_size", 3072, "model_executor/models/siglip.py SiglipMLP.__init__ "
+                      "(fc1 ColumnParallelLinear)"))
+_LLAMA4_VIT = (_tower("heads", "num_attention_heads", 16, "model_executor/models/mllama4.py "
+                      "Llama4VisionAttention.__init__ (assert num_heads % tp_size == 0)"),
+               _tower("MLP", "intermediate_size", 5632, "model_executor/models/mllama4.py Llama4VisionMLP.__init__ "
+                      "(fc1 ColumnParallelLinear)"))
+_PIXTRAL_VIT = (_tower("heads", "num_attention_heads", 16, "model_executor/models/pixtral.py "
+                       "PixtralHFAttention.__init__ (divide(num_attention_heads, tp_size))"),
+                _tower("MLP", "intermediate_size", 4096, "model_executor/models/pixtral.py PixtralHFMLP.__init__ "
+                       "(MergedColumnParallelLinear of intermediate_size)"))
+
 # Architecture -> the sizes its class splits.
 TP_SPLITS: dict[str, tuple[TpSplit, ...]] = {
+    "Qwen2VLForConditionalGeneration": (_tower("heads", "num_heads", 16, "model_executor/models/qwen2_vl.py "
+                                               "Qwen2VisionAttention.__init__ (divide(num_heads, tp_size))"),),
+    "Qwen2_5_VLForConditionalGeneration": (
+        _tower("heads", "num_heads", 16, _QWEN_VIT_HEADS),
+        _tower("MLP", "intermediate_size", 3420, "model_executor/models/qwen2_5_vl.py Qwen2_5_VisionMLP.__init__ "
+               "(MergedColumnParallelLinear: linear.py asserts each output size % tp_size == 0)")),
+    "Qwen3VLForConditionalGeneration": _QWEN3_VIT,
+    "Qwen3VLMoeForConditionalGeneration": _QWEN3_VIT,
+    "Qwen3_5ForConditionalGeneration": _QWEN3_VIT,
+    "Qwen3_5MoeForConditionalGeneration": _QWEN3_VIT,
+    "Glm4vForConditionalGeneration": _GLM4V_VIT,
+    "Glm4vMoeForConditionalGeneration": _GLM4V_VIT,
+    "Gemma3ForConditionalGeneration": _SIGLIP_VIT,
+    "Llama4ForConditionalGeneration": _LLAMA4_VIT,
+    "Mistral3ForConditionalGeneration": _PIXTRAL_VIT,
     # KimiK3VisionConfig (transformers_utils/configs/kimi_k3.py) defaults: 12 heads, MLP 4096.
     "KimiK3ForConditionalGeneration": (replace(_MOONVIT_MLP, default=4096, heads_default=12),),
     "KimiK25ForConditionalGeneration": (_MOONVIT_MLP,),
@@ -76,6 +123,21 @@ def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
     if not experts or not width or width % tp == 0:
         return []
     return [f"mlp.experts: the experts' width {width} is not divisible by TP {tp} ({_EXPERT_WIDTH})"]
+
+
+VOCAB_PADDING = 64  # vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
+_VOCAB = ("model_executor/layers/vocab_parallel_embedding.py VocabParallelEmbedding.__init__ -> "
+          "vocab_range_from_global_vocab_size (divide(pad_vocab_size(vocab_size, 64), tp_size))")
+
+
+def vocab_failures(vocab_size: int, tp: int) -> list[str]:
+    """Every model's embedding and LM head split the vocabulary, padded to a multiple of 64, over
+    TP. Built on the meta device: Qwen3.6-27B's 248320 fails at TP 12 ("248320 is not divisible
+    by 12") once its vision tower splits."""
+    padded = -(-vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    if vocab_size <= 0 or padded % tp == 0:
+        return []
+    return [f"embed_tokens: the vocabulary {vocab_size} (padded to {padded}) is not divisible by TP {tp} ({_VOCAB})"]
 
 
 def tp_split_failures(architectures: tuple[str, ...], config: Mapping[str, Any], sections: Mapping[str, Mapping[str, Any]],
