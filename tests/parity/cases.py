@@ -210,6 +210,24 @@ VERSION_CASES: tuple[tuple[str, str | None, str, int | None, dict[str, Any]], ..
 )
 
 
+# Sizes the target's (or the draft's) own layers split over TP beyond the heads (validation/load.py,
+# vllm/tp_splits.py, vllm/fp8_blocks.py): a TP that builds and one that fails, each decided by
+# vLLM's build on the meta device. FP8 block checkpoints keep their quantization at load
+# (the judge's _shim_gpu_fp8_kernels). TPs beyond TPS where only they decide (a 600B MoE's
+# meta build at TP 32 takes about a second).
+LOAD_SPLIT_CASES: tuple[tuple[str, str | None, str, tuple[int, ...], int | None], ...] = (
+    ("fp8-qwen3-32b", None, "ngram", (8, 16), None),  # down_proj input 25600/16 = 1600: not 128-blocks
+    ("fp8-qwen3-30b-a3b", None, "ngram", (8, 16), None),  # experts 768/8 = 96 refine to 32; /16 = 48 cannot
+    ("deepseek-ai__DeepSeek-V3", None, "mtp", (16, 32), None),  # dense down_proj 18432/32 = 576
+    ("Qwen__Qwen3-235B-A22B", "fp8-qwen3-32b", "draft_model", (8, 16), 1),  # the FP8 draft split at the target's TP
+    ("moe-width-1100", None, "ngram", (4, 8), None),  # FusedMoEConfig asserts 1100 % 8
+    ("vl-qwen2.5-vl-3b", None, "ngram", (4, 8), None),  # vision MLP 3420 % 8
+    ("vl-glm-4.5v", None, "ngram", (4, 8), None),  # vision heads 12 % 8
+    ("vl-gemma-3-27b", None, "ngram", (16, 32), None),  # SigLIP heads 16 % 32
+    ("nvidia__Qwen3.6-27B-NVFP4", None, "ngram", (8, 12), None),  # Qwen3-VL tower heads 16 % 12
+)
+
+
 def grid() -> list[Case]:
     cfgs = configs()
     cases: list[Case] = []
@@ -229,4 +247,6 @@ def grid() -> list[Case]:
         cases += [Case(target, draft, method, None, tp, tp) for tp in (1, 8)]
     for target, draft, method, k, extra in VERSION_CASES:
         cases += [Case(target, draft, method, k, tp, None, tuple(sorted(extra.items()))) for tp in (1, 2)]
+    for target, draft, method, tps, draft_tp in LOAD_SPLIT_CASES:
+        cases += [Case(target, draft, method, _k(method, None), tp, draft_tp) for tp in tps]
     return cases

@@ -12,7 +12,7 @@ CASES = grid()
 def test_grid_is_the_promised_size() -> None:
     """Hundreds of cases, every TP of the brief, and both verdicts represented."""
     assert len(CASES) >= 500
-    assert {c.tp for c in CASES} == set(TPS)
+    assert {c.tp for c in CASES} >= set(TPS)
     methods = {c.method for c in CASES}
     assert methods >= {"dspark", "eagle", "eagle3", "mtp", "draft_model", "dflash", "ngram", "medusa",
                        "mlp_speculator", "suffix"}
