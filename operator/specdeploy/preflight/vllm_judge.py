@@ -706,7 +706,10 @@ def _built_quantization(config: dict[str, Any]) -> dict[str, Any]:
     """The config the load stage builds: FP8 kept (`_shim_gpu_fp8_kernels`: its shape checks are
     part of the verdict), other formats stripped (no CPU kernel to build them with)."""
     quantization = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config")
-    if isinstance(quantization, dict) and str(quantization.get("quant_method", "")).lower() == "fp8":
+    fp8 = isinstance(quantization, dict) and str(quantization.get("quant_method", "")).lower() == "fp8"
+    # DeepSeek-V4's `expert_dtype: fp4` makes its experts MXFP4 (models/deepseek_v4/quant_config.py),
+    # a backend the CPU build cannot choose either: stripped.
+    if fp8 and config.get("expert_dtype", "fp8") == "fp8":
         return config
     return _without_quantization(config)
 

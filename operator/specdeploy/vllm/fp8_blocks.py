@@ -141,8 +141,12 @@ def fp8_block_failures(config: Mapping[str, Any], quantization: Mapping[str, Any
     if block is None or tp < 1:
         return []
     hidden = _int(config, "routed_expert_hidden_size", "hidden_size")
+    # DeepSeek-V4's expert_dtype "fp4": MXFP4 experts (models/deepseek_v4/quant_config.py), not Fp8MoEMethod.
+    fp8_experts = config.get("expert_dtype", "fp8") == "fp8"
     out = []
     for width in split_widths(config):
+        if width.split == "experts" and not fp8_experts:
+            continue
         if width.width and not _ignored(width.layer, quantization):
             reason = _failure(width, tp, block, hidden)
             if reason:
