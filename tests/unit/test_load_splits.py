@@ -1,0 +1,114 @@
+"""Sizes a model's own layers split over TP beyond its attention heads, as vLLM's build checks
+them (validation/load.py, vllm/tp_splits.py, vllm/fp8_blocks.py): FP8 weight blocks, the
+experts' width, the padded vocabulary and vision towers. Each TP here was built by vLLM's own
+classes on the meta device (tests/parity LOAD_SPLIT_CASES) in 0.32.0, 0.33.0 and 0.34.0."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
+from tests.conftest import load_config
+from tests.unit.test_validation import judge
+
+TP_FIELD = "spec.parallelism.tensorParallelSize"
+
+
+def _alone(config: dict[str, Any], tp: int) -> Evaluation:
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": "org/t"}, "draft": {"method": "ngram", "numSpeculativeTokens": 3},
+        "parallelism": {"tensorParallelSize": tp}})
+    return evaluate(spec, ModelInputs(config), None)
+
+
+def _load_errors(evaluation: Evaluation, code: str = "target-load-fails") -> list[str]:
+    return [f.message for f in evaluation.findings if f.code == code and f.severity.value == "error"]
+
+
+def test_fp8_qwen3_32b_at_tp_16_leaves_down_proj_a_partial_weight_block() -> None:
+    """25600 / 16 = 1600 is not whole 128-wide blocks (RowParallelLinear input, block_k); the
+    same checkpoint in BF16 builds at TP 16, and the FP8 one at TP 8 (3200)."""
+    fp8 = load_config("fp8-qwen3-32b")
+    [message] = _load_errors(_alone(fp8, 16))
+    assert "Qwen3ForCausalLM's mlp.down_proj" in message and "25600 / TP 16 = 1600" in message
+    assert "block_k 128" in message and "validate_fp8_block_shape" in message
+    assert next(f for f in _alone(fp8, 16).findings if f.code == "target-load-fails").field == TP_FIELD
+    assert _alone(fp8, 8).ok
+    assert _alone({k: v for k, v in fp8.items() if k != "quantization_config"}, 16).ok
+
+
+def test_fp8_moe_experts_refine_to_32_wide_blocks_at_tp_8_and_cannot_at_tp_16() -> None:
+    """768-wide experts: 96 per rank at TP 8 takes 32x32 blocks (refine_fp8_moe_block_shape);
+    48 at TP 16 leaves gcd 16, below the 32 vLLM refines to."""
+    fp8 = load_config("fp8-qwen3-30b-a3b")
+    assert _alone(fp8, 8).ok
+    [message] = _load_errors(_alone(fp8, 16))
+    assert "mlp.experts" in message and "768 / TP 16 = 48" in message and "refine_fp8_moe_block_shape" in message
+
+
+def test_deepseek_v3_in_fp8_builds_at_tp_16_and_not_at_tp_32() -> None:
+    """TP 32 divides its 128 heads, but its dense layers' down_proj (18432 / 32 = 576) and its
+    shared expert's (2048 / 32 = 64) are not whole 128-blocks; its 64-wide routed experts refine."""
+    config = load_config("deepseek-ai__DeepSeek-V3")
+    assert _alone(config, 16).ok
+    messages = _load_errors(_alone(config, 32))
+    assert [m.split("'s ")[1].split(" ")[0] for m in messages] == ["mlp.down_proj", "mlp.shared_experts.down_proj"]
+    assert "= 576" in messages[0] and "= 64" in messages[1]
+
+
+def test_fp8_layers_the_checkpoint_leaves_unquantized_are_not_block_checked() -> None:
+    """Fp8Config.get_quant_method builds a layer named in modules_to_not_convert unquantized."""
+    fp8 = load_config("fp8-qwen3-32b")
+    names = [f"model.layers.{i}.mlp.down_proj" for i in range(fp8["num_hidden_layers"])]
+    fp8["quantization_config"] = {**fp8["quantization_config"], "modules_to_not_convert": names}
+    assert _alone(fp8, 16).ok
+
+
+def test_an_fp8_draft_splits_at_the_targets_tp_so_draft_tp_1_does_not_save_it() -> None:
+    ok = judge("Qwen__Qwen3-235B-A22B", "fp8-qwen3-32b", "draft_model", tp=8, draft_tp=1, k=3)
+    assert ok.ok
+    refused = judge("Qwen__Qwen3-235B-A22B", "fp8-qwen3-32b", "draft_model", tp=16, draft_tp=1, k=3)
+    [message] = _load_errors(refused, "draft-load-fails")
+    assert "for the draft" in message and "mlp.down_proj" in message and "= 1600" in message
+    assert not _load_errors(refused)  # the BF16 target builds at TP 16
+
+
+@pytest.mark.parametrize("tp, builds", [(4, True), (8, False)])
+def test_experts_whose_width_tp_does_not_split_fail_whatever_the_quantization(tp: int, builds: bool) -> None:
+    evaluation = _alone(load_config("moe-width-1100"), tp)
+    assert evaluation.ok == builds
+    if not builds:
+        [message] = _load_errors(evaluation)
+        assert "1100 is not divisible by TP 8" in message and "FusedMoEConfig" in message
+
+
+def test_the_padded_vocabulary_must_split_over_tp() -> None:
+    """Qwen3.6-27B with a tower TP 12 splits: its 248320-token vocabulary still does not."""
+    config = load_config("nvidia__Qwen3.6-27B-NVFP4")
+    config["vision_config"] = {**config["vision_config"], "num_heads": 24, "intermediate_size": 4320}
+    [message] = _load_errors(_alone(config, 12))
+    assert "embed_tokens" in message and "248320" in message and "VocabParallelEmbedding" in message
+
+
+@pytest.mark.parametrize("name, tp, builds, size", [
+    ("nvidia__Qwen3.6-27B-NVFP4", 8, True, None),
+    ("nvidia__Qwen3.6-27B-NVFP4", 12, False, "vision tower heads: 16 is not divisible by TP 12"),
+    ("vl-glm-4.5v", 4, True, None),
+    ("vl-glm-4.5v", 8, False, "vision tower heads: 12 is not divisible by TP 8"),
+    ("vl-qwen2.5-vl-3b", 4, True, None),
+    ("vl-qwen2.5-vl-3b", 8, False, "vision tower MLP: 3420 is not divisible by TP 8"),
+    ("vl-gemma-3-27b", 16, True, None),
+    ("vl-gemma-3-27b", 32, False, "vision tower heads: 16 is not divisible by TP 32"),
+    ("meta-llama__Llama-4-Scout-17B-16E-Instruct", 8, True, None),  # no vision_config: the class defaults
+])
+def test_vision_towers_split_over_the_llms_tp(name: str, tp: int, builds: bool, size: str | None) -> None:
+    """These towers run tensor parallel whatever their heads (is_vit_use_data_parallel() without
+    heads; specdeploy never sets mm_encoder_tp_mode), so a TP the LLM accepts can fail there."""
+    evaluation = _alone(load_config(name), tp)
+    assert evaluation.ok == builds
+    if size:
+        message = next(m for m in _load_errors(evaluation) if "vision tower" in m)
+        assert size in message and "model_executor/models/" in message
