@@ -39,7 +39,9 @@ Notes on the vLLM side:
   and `K3DSparkConfig` for those `model_type`s (`transformers_utils/config.py` `_CONFIG_REGISTRY`).
   The SpecForge 5-MLA template's architecture exists only as remote code and vLLM refuses it.
 - No `quantization_config` had to be stripped: the CPU build accepts every fixture's format at
-  config time.
+  config time. At load, FP8 checkpoints are built with their quantization (the GPU's kernel
+  choice stands in for the CPU's, `_shim_gpu_fp8_kernels`, so vLLM's weight-block checks run);
+  other formats are built without it.
 - `suffix`: up to 0.33.0 vLLM refuses it when the optional `arctic-inference` package is missing;
   that is a property of the image, not of the models, so the judge reports the package as present
   and vLLM judges the rest (0.34.0's suffix speculator is native: nothing to report).

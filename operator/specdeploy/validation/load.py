@@ -2,7 +2,9 @@
 check has accepted them. Each rule was found by building the model on the meta device
 (tests/parity/memory_judge.py) and is cited to the vLLM file that fails: DSpark heads' config
 fields (load_dspark_model's classes), the draft's heads at the target's TP (every parallel layer
-reads the global TP group), and the sizes a model class divides by TP (vllm/tp_splits.py)."""
+reads the global TP group), the sizes a model class divides by TP (vllm/tp_splits.py: vision
+towers, unreplicated KV heads, the experts' width, the padded vocabulary) and FP8 weight blocks
+(vllm/fp8_blocks.py), for the target and for a draft at the TP it is built at."""
 
 from __future__ import annotations
 

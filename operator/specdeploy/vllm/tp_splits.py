@@ -9,7 +9,19 @@ with vLLM's own classes on the meta device (tests/parity/memory_judge.py's build
 test, 0.32.0 and 0.33.0; gpt-oss under 0.34.0 too): Kimi-K3 fails at TP 3, 6 and 12 with "4096 is
 not divisible by 3" (6, 12) and builds at 4 and 8; gpt-oss-20b fails at TP 16 with
 "ZeroDivisionError: integer modulo by zero" and builds at 8. Param2MoE and Ricursive restate their
-source (no checkpoint config among the fixtures)."""
+source (no checkpoint config among the fixtures).
+
+Vision towers: of the multimodal families a user would serve as a target, only MoonViT
+(kimi_k25_vit.py) passes its heads to vision.py is_vit_use_data_parallel(num_heads) and falls
+back to data parallel where TP does not divide them; InternViT pads its heads with dummy heads
+and falls back likewise (intern_vit.py). Qwen2-VL, Qwen2.5-VL, Qwen3-VL (and -MoE, and Qwen3.5,
+which builds Qwen3-VL's tower), GLM-4.1V/4.5V, SigLIP (Gemma-3), Llama-4 and Pixtral (Mistral3)
+call it without heads: they split over TP unless mm_encoder_tp_mode is "data", and divide
+their heads and MLP widths by TP (the same in all three releases). Built on the meta device in
+0.32.0, 0.33.0 and 0.34.0: Qwen3.6-27B fails at TP 12 ("16 is not divisible by 12"), GLM-4.5V
+at TP 8 ("12 is not divisible by 8"), Qwen2.5-VL-3B at TP 8 (its 3420-wide MLP), Gemma-3-27B at
+TP 32; each builds at the TP below. Generic to every model: the experts' width and the padded
+vocabulary (expert_width_failures, vocab_failures)."""
 
 from __future__ import annotations
 
