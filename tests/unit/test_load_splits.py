@@ -102,6 +102,8 @@ def test_the_padded_vocabulary_must_split_over_tp() -> None:
     ("vl-qwen2.5-vl-3b", 8, False, "vision tower MLP: 3420 is not divisible by TP 8"),
     ("vl-gemma-3-27b", 16, True, None),
     ("vl-gemma-3-27b", 32, False, "vision tower heads: 16 is not divisible by TP 32"),
+    ("vl-mistral-small-3.1-24b", 16, True, None),
+    ("vl-mistral-small-3.1-24b", 32, False, "vision tower heads: 16 is not divisible by TP 32"),
     ("meta-llama__Llama-4-Scout-17B-16E-Instruct", 8, True, None),  # no vision_config: the class defaults
 ])
 def test_vision_towers_split_over_the_llms_tp(name: str, tp: int, builds: bool, size: str | None) -> None:
