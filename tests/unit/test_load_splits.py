@@ -85,6 +85,27 @@ def test_experts_whose_width_tp_does_not_split_fail_whatever_the_quantization(tp
         assert "1100 is not divisible by TP 8" in message and "FusedMoEConfig" in message
 
 
+@pytest.mark.parametrize("heads, tp, builds", [(16, 16, True), (12, 4, True), (12, 8, False)])
+def test_kimi_vls_moonvit_splits_its_heads_at_any_tp(heads: int, tp: int, builds: bool) -> None:
+    """Kimi-VL builds moonvit.py's tower, which has no data-parallel fallback by heads (unlike
+    Kimi-K2.5/K3's): a 12-head tower fails at TP 8 ("12 is not divisible by 8")."""
+    config = load_config("vl-kimi-vl-a3b")
+    config["vision_config"] = {**config["vision_config"], "num_attention_heads": heads}
+    evaluation = _alone(config, tp)
+    assert evaluation.ok == builds
+    assert builds or "vision tower heads: 12 is not divisible by TP 8" in _load_errors(evaluation)[0]
+
+
+def test_internvits_mlp_splits_even_where_its_attention_runs_data_parallel() -> None:
+    config = {"architectures": ["InternVLChatModel"], "model_type": "internvl_chat",
+              "llm_config": load_config("Qwen__Qwen3-32B"),
+              "vision_config": {"hidden_size": 3200, "num_attention_heads": 25, "intermediate_size": 12800}}
+    assert _alone(config, 8).ok  # 25 heads: attention data parallel; 12800 / 8 splits
+    config["vision_config"]["intermediate_size"] = 12000  # TP 64 splits the LLM, not 12000
+    [message] = _load_errors(_alone(config, 64))
+    assert "vision tower MLP (InternViT): 12000 is not divisible by TP 64" in message and "InternMLP" in message
+
+
 def test_the_padded_vocabulary_must_split_over_tp() -> None:
     """Qwen3.6-27B with a tower TP 12 splits: its 248320-token vocabulary still does not."""
     config = load_config("nvidia__Qwen3.6-27B-NVFP4")

@@ -15,12 +15,13 @@ Vision towers: of the multimodal families a user would serve as a target, only M
 (kimi_k25_vit.py) passes its heads to vision.py is_vit_use_data_parallel(num_heads) and falls
 back to data parallel where TP does not divide them; InternViT pads its heads with dummy heads
 and falls back likewise (intern_vit.py). Qwen2-VL, Qwen2.5-VL, Qwen3-VL (and -MoE, and Qwen3.5,
-which builds Qwen3-VL's tower), GLM-4.1V/4.5V, SigLIP (Gemma-3), Llama-4 and Pixtral (Mistral3)
-call it without heads: they split over TP unless mm_encoder_tp_mode is "data", and divide
+which builds Qwen3-VL's tower), GLM-4.1V/4.5V, SigLIP (Gemma-3), Llama-4, Pixtral (Mistral3) and
+Kimi-VL's MoonViT (moonvit.py, not Kimi-K2.5's) call it without heads: they split over TP unless mm_encoder_tp_mode is "data", and divide
 their heads and MLP widths by TP (the same in all three releases). Built on the meta device in
 0.32.0, 0.33.0 and 0.34.0: Qwen3.6-27B fails at TP 12 ("16 is not divisible by 12"), GLM-4.5V
 at TP 8 ("12 is not divisible by 8"), Qwen2.5-VL-3B at TP 8 (its 3420-wide MLP), Gemma-3-27B at
-TP 32; each builds at the TP below. Generic to every model: the experts' width and the padded
+TP 32, Mistral-Small-3.1 at TP 32, a Kimi-VL tower of 12 heads at TP 8; each builds at the
+TP below. Generic to every model: the experts' width and the padded
 vocabulary (expert_width_failures, vocab_failures)."""
 
 from __future__ import annotations
@@ -87,6 +88,18 @@ _PIXTRAL_VIT = (_tower("heads", "num_attention_heads", 16, "model_executor/model
                 _tower("MLP", "intermediate_size", 4096, "model_executor/models/pixtral.py PixtralHFMLP.__init__ "
                        "(MergedColumnParallelLinear of intermediate_size)"))
 
+_MOONVIT_TP = (_tower("heads", "num_attention_heads", 16, "model_executor/models/moonvit.py "
+                      "MoonVitEncoderLayer.__init__ (divide(num_heads, tp_size))"),
+               _tower("MLP", "intermediate_size", 4304, "model_executor/models/moonvit.py MLP2.__init__ "
+                      "(fc0 ColumnParallelLinear)"))
+# InternViT's attention falls back to data parallel where TP does not divide its heads
+# (intern_vit.py InternParallelAttention.__init__), its MLP does not: InternMLP splits
+# intermediate_size with disable_tp=is_vit_use_data_parallel(). Its config is remote code (no
+# class default); not built here for that reason, restated from the source.
+_INTERNVIT_MLP = TpSplit("vision tower MLP (InternViT)", ("intermediate_size",),
+                         "model_executor/models/intern_vit.py InternMLP.__init__ (fc1 ColumnParallelLinear)",
+                         section="vision_config")
+
 # Architecture -> the sizes its class splits.
 TP_SPLITS: dict[str, tuple[TpSplit, ...]] = {
     "Qwen2VLForConditionalGeneration": (_tower("heads", "num_heads", 16, "model_executor/models/qwen2_vl.py "
@@ -104,6 +117,9 @@ TP_SPLITS: dict[str, tuple[TpSplit, ...]] = {
     "Gemma3ForConditionalGeneration": _SIGLIP_VIT,
     "Llama4ForConditionalGeneration": _LLAMA4_VIT,
     "Mistral3ForConditionalGeneration": _PIXTRAL_VIT,
+    # kimi_vl.py builds MoonVitPretrainedModel (moonvit.py), not Kimi-K2.5's heads-aware tower.
+    "KimiVLForConditionalGeneration": _MOONVIT_TP,
+    "InternVLChatModel": (_INTERNVIT_MLP,),
     # KimiK3VisionConfig (transformers_utils/configs/kimi_k3.py) defaults: 12 heads, MLP 4096.
     "KimiK3ForConditionalGeneration": (replace(_MOONVIT_MLP, default=4096, heads_default=12),),
     "KimiK25ForConditionalGeneration": (_MOONVIT_MLP,),
