@@ -60,11 +60,14 @@ def test_deepseek_v3_in_fp8_builds_at_tp_16_and_not_at_tp_32() -> None:
 
 
 def test_fp8_layers_the_checkpoint_leaves_unquantized_are_not_block_checked() -> None:
-    """Fp8Config.get_quant_method builds a layer named in modules_to_not_convert unquantized."""
+    """Fp8Config.get_quant_method builds a layer named in modules_to_not_convert unquantized
+    (exact names): every down_proj named builds at TP 16, one left quantized still fails."""
     fp8 = load_config("fp8-qwen3-32b")
     names = [f"model.layers.{i}.mlp.down_proj" for i in range(fp8["num_hidden_layers"])]
     fp8["quantization_config"] = {**fp8["quantization_config"], "modules_to_not_convert": names}
     assert _alone(fp8, 16).ok
+    fp8["quantization_config"]["modules_to_not_convert"] = names[1:]
+    assert "mlp.down_proj" in _load_errors(_alone(fp8, 16))[0]
 
 
 def test_an_fp8_draft_splits_at_the_targets_tp_so_draft_tp_1_does_not_save_it() -> None:

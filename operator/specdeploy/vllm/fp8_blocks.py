@@ -45,9 +45,10 @@ _MOE = ("model_executor/layers/quantization/fp8.py Fp8MoEMethod.create_weights -
 class SplitWidth:
     """One TP-split weight of a model's layers, whole across ranks."""
 
-    layer: str  # as vLLM names the module, for messages and ignored_layers
+    layer: str  # as vLLM names the module under model.layers.<i>, for messages and ignored_layers
     width: int  # the split dimension before the split
     split: str  # "row" (input split, block_k) | "column" (output split, block_n) | "experts"
+    layers: tuple[int, ...] = ()  # the decoder layers holding it
 
 
 def fp8_block_size(quantization: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -65,51 +66,55 @@ def _int(config: Mapping[str, Any], *keys: str) -> int:
     return int(value)
 
 
-def _attention_widths(config: Mapping[str, Any]) -> list[SplitWidth]:
+def _attention_widths(config: Mapping[str, Any], layers: tuple[int, ...]) -> list[SplitWidth]:
     heads = _int(config, "num_attention_heads")
     if not heads:
         return []
     if config.get("kv_lora_rank"):  # MLA: deepseek_v2.py DeepseekV2MLAAttention
         nope, rope, v = _int(config, "qk_nope_head_dim"), _int(config, "qk_rope_head_dim"), _int(config, "v_head_dim")
         q = "self_attn.q_b_proj" if config.get("q_lora_rank") else "self_attn.q_proj"
-        return [SplitWidth(q, heads * (nope + rope), "column"),
-                SplitWidth("self_attn.kv_b_proj", heads * (nope + v), "column"),
-                SplitWidth("self_attn.o_proj", heads * v, "row")]
+        return [SplitWidth(q, heads * (nope + rope), "column", layers),
+                SplitWidth("self_attn.kv_b_proj", heads * (nope + v), "column", layers),
+                SplitWidth("self_attn.o_proj", heads * v, "row", layers)]
     head_dim = _int(config, "head_dim") or _int(config, "hidden_size") // heads
-    return [SplitWidth("self_attn.o_proj", heads * head_dim, "row")]
+    return [SplitWidth("self_attn.o_proj", heads * head_dim, "row", layers)]
 
 
-def _has_dense_mlp(config: Mapping[str, Any], experts: int) -> bool:
-    """Dense MLP layers beside the experts: DeepSeek's first_k_dense_replace, Qwen-MoE's
-    mlp_only_layers and decoder_sparse_step."""
+def _dense_layers(config: Mapping[str, Any], experts: int) -> tuple[int, ...]:
+    """The layers with a dense MLP: all without experts; DeepSeek's first_k_dense_replace;
+    Qwen-MoE's mlp_only_layers and decoder_sparse_step (qwen3_moe.py: sparse where (i + 1) % step == 0)."""
+    count = _int(config, "num_hidden_layers")
     if not experts:
-        return True
-    return bool(_int(config, "first_k_dense_replace") or config.get("mlp_only_layers")
-                or _int(config, "decoder_sparse_step") > 1)
+        return tuple(range(count))
+    first_dense, step = _int(config, "first_k_dense_replace"), max(_int(config, "decoder_sparse_step"), 1)
+    only = config.get("mlp_only_layers") or []
+    return tuple(i for i in range(count) if i < first_dense or i in only or (i + 1) % step)
 
 
 def split_widths(config: Mapping[str, Any]) -> list[SplitWidth]:
     """The TP-split weights of a decoder whose layers vLLM builds from these keys."""
     experts = _int(config, "n_routed_experts", "num_experts", "num_local_experts")
-    out = _attention_widths(config)
-    if _has_dense_mlp(config, experts) and _int(config, "intermediate_size"):
-        out.append(SplitWidth("mlp.down_proj", _int(config, "intermediate_size"), "row"))
-    if experts:
+    every = tuple(range(_int(config, "num_hidden_layers")))
+    dense = _dense_layers(config, experts)
+    out = _attention_widths(config, every)
+    if dense and _int(config, "intermediate_size"):
+        out.append(SplitWidth("mlp.down_proj", _int(config, "intermediate_size"), "row", dense))
+    sparse = tuple(i for i in every if i not in dense)
+    if experts and sparse:
         width = _int(config, "moe_intermediate_size") or _int(config, "intermediate_size")
-        out.append(SplitWidth("mlp.experts", width, "experts"))
+        out.append(SplitWidth("mlp.experts", width, "experts", sparse))
         shared = width * _int(config, "n_shared_experts") or _int(config, "shared_expert_intermediate_size")
         if shared:
             name = "mlp.shared_experts.down_proj" if config.get("n_shared_experts") else "mlp.shared_expert.down_proj"
-            out.append(SplitWidth(name, shared, "row"))
+            out.append(SplitWidth(name, shared, "row", sparse))
     return out
 
 
-def _ignored(layer: str, quantization: Mapping[str, Any]) -> bool:
+def _ignored(width: SplitWidth, quantization: Mapping[str, Any]) -> bool:
     """Fp8Config.get_quant_method builds a layer named in ignored_layers / modules_to_not_convert
-    unquantized (a name that ends with the module's own counts here)."""
-    names = quantization.get("ignored_layers") or quantization.get("modules_to_not_convert") or []
-    leaf = layer.rsplit(".", 1)[-1]
-    return any(isinstance(n, str) and (n.endswith(layer) or n.endswith("." + leaf) or n == leaf) for n in names)
+    unquantized (is_layer_skipped, exact names): exempt when every layer holding it is named."""
+    names = set(quantization.get("ignored_layers") or quantization.get("modules_to_not_convert") or [])
+    return bool(width.layers) and all(f"model.layers.{i}.{width.layer}" in names for i in width.layers)
 
 
 def _failure(w: SplitWidth, tp: int, block: tuple[int, int], hidden: int) -> str | None:
@@ -147,7 +152,7 @@ def fp8_block_failures(config: Mapping[str, Any], quantization: Mapping[str, Any
     for width in split_widths(config):
         if width.split == "experts" and not fp8_experts:
             continue
-        if width.width and not _ignored(width.layer, quantization):
+        if width.width and not _ignored(width, quantization):
             reason = _failure(width, tp, block, hidden)
             if reason:
                 out.append(reason)
