@@ -101,7 +101,7 @@ def split_widths(config: Mapping[str, Any]) -> list[SplitWidth]:
         out.append(SplitWidth("mlp.down_proj", _int(config, "intermediate_size"), "row", dense))
     sparse = tuple(i for i in every if i not in dense)
     if experts and sparse:
-        width = _int(config, "moe_intermediate_size") or _int(config, "intermediate_size")
+        width = _int(config, "moe_intermediate_size" if "moe_intermediate_size" in config else "intermediate_size")
         out.append(SplitWidth("mlp.experts", width, "experts", sparse))
         shared = width * _int(config, "n_shared_experts") or _int(config, "shared_expert_intermediate_size")
         if shared:

@@ -147,7 +147,8 @@ def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
     the meta device: a Qwen3-MoE with 1100-wide experts builds at TP 4 and fails at TP 8 with
     an AssertionError."""
     experts = _first(config, _EXPERT_KEYS, None)
-    width = _first(config, ("moe_intermediate_size", "intermediate_size"), None)
+    # the experts' own key where the config has one (a list there, per layer, is not read here)
+    width = _first(config, ("moe_intermediate_size",) if "moe_intermediate_size" in config else ("intermediate_size",), None)
     if not experts or not width or width % tp == 0:
         return []
     return [f"mlp.experts: the experts' width {width} is not divisible by TP {tp} ({_EXPERT_WIDTH})"]
