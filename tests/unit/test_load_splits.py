@@ -109,6 +109,20 @@ def test_internvits_mlp_splits_even_where_its_attention_runs_data_parallel() -> 
     assert "vision tower MLP (InternViT): 12000 is not divisible by TP 64" in message and "InternMLP" in message
 
 
+@pytest.mark.parametrize("extra_args, refused", [
+    ([], True), (["--enable-expert-parallel"], False), (["-ep"], False),
+    (["-ep", "--no-enable-expert-parallel"], True)])
+def test_expert_parallel_keeps_experts_whole_so_their_width_is_not_split(extra_args: list[str], refused: bool) -> None:
+    """With the user's --enable-expert-parallel the experts' TP size is 1: neither the width
+    assert nor the FP8 expert blocks apply; the last flag wins, as argparse reads it."""
+    spec = SpeculativeDeploymentSpec.model_validate({
+        "target": {"model": "org/t"}, "draft": {"method": "ngram", "numSpeculativeTokens": 3},
+        "parallelism": {"tensorParallelSize": 16}, "vllm": {"extraArgs": extra_args}})
+    for name in ("moe-width-1100", "fp8-qwen3-30b-a3b"):
+        evaluation = evaluate(spec, ModelInputs(load_config(name)), None)
+        assert bool([m for m in _load_errors(evaluation) if "mlp.experts" in m]) == refused
+
+
 def test_the_padded_vocabulary_must_split_over_tp() -> None:
     """Qwen3.6-27B with a tower TP 12 splits: its 248320-token vocabulary still does not."""
     config = load_config("nvidia__Qwen3.6-27B-NVFP4")

@@ -72,7 +72,10 @@ CPU_ONLY_FAILURES = ("requires a CUDA device", "is not implemented on CPU", "is 
                      "Cannot access accelerator device",  # 0.34's sparse-MLA layers (DeepSeek-V3.2, GLM-5)
                      # 0.34 config/cache.py: the extensible KV cache (on by default on CUDA/ROCm) checks
                      # the platform it runs on; the CPU build cannot stand for a GPU there.
-                     "only supported on CUDA and ROCm")
+                     "only supported on CUDA and ROCm",
+                     # Expert parallel's expert map (fused_moe determine_expert_map) takes torch.nonzero,
+                     # which the meta device cannot compute: no verdict rather than a false refusal.
+                     "register_meta function for torch.nonzero()")
 # Launch flags of a multi-node pod; one process judges rank 0 (render/pod.py adds them).
 _LAUNCH_FLAGS = {"--nnodes": 1, "--node-rank": 1, "--master-addr": 1, "--master-port": 1, "--headless": 0,
                  "--distributed-executor-backend": 1}

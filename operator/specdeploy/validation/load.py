@@ -16,7 +16,7 @@ from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIE
                                     draft_architectures)
 from specdeploy.vllm.methods import built_draft_tp
 from specdeploy.vllm.fp8_blocks import fp8_block_failures
-from specdeploy.vllm.tp_splits import expert_width_failures, tp_split_failures, vocab_failures
+from specdeploy.vllm.tp_splits import expert_parallel, expert_width_failures, tp_split_failures, vocab_failures
 
 LOAD = Stage.LOAD
 
@@ -88,13 +88,15 @@ _DRAFT_BUILD = ("vLLM builds the draft's layers with the target's tensor-paralle
                 "the draft's TP, but every parallel layer reads get_tensor_model_parallel_world_size())")
 
 
-def _split_failures(model: Geometry, architectures: list[str], tp: int, who: str, field: str) -> list[Finding]:
+def _split_failures(model: Geometry, architectures: list[str], tp: int, who: str, field: str,
+                    ep: bool = False) -> list[Finding]:
     """Sizes the model's layers divide by TP that this TP does not divide: its class's
-    (vllm/tp_splits.py), its experts' width, and its FP8 weight blocks (vllm/fp8_blocks.py)."""
+    (vllm/tp_splits.py), its experts' width (unless `ep`: expert parallel keeps experts whole),
+    and its FP8 weight blocks (vllm/fp8_blocks.py)."""
     reasons = tp_split_failures(tuple(architectures), model.text_config, {"vision_config": model.vision_config}, tp)
     name = architectures[0] if architectures else model.model_type
-    layers = (vocab_failures(model.vocab_size, tp) + expert_width_failures(model.text_config, tp)
-              + fp8_block_failures(model.text_config, model.quantization, tp))
+    layers = (vocab_failures(model.vocab_size, tp) + ([] if ep else expert_width_failures(model.text_config, tp))
+              + fp8_block_failures(model.text_config, model.quantization, tp, ep))
     reasons += [f"{name}'s {reason}" for reason in layers]
     return [error(f"{who}-load-fails", field,
                   f"vLLM accepts TP {tp} for the {who} but cannot build it: {reason}; the pod would fail at model "
@@ -106,13 +108,14 @@ def check_load_layout(spec: SpeculativeDeploymentSpec, models: Models, tp: int,
     """What fails while vLLM builds this layout: the sizes the target's and the draft's classes
     split over TP, and a draft built at the target's TP whose heads do not split there."""
     target, draft = models.target, models.draft
-    findings = _split_failures(target, list(target.architectures), tp, "target", TP_FIELD)
+    ep = expert_parallel(spec.vllm.extra_args)
+    findings = _split_failures(target, list(target.architectures), tp, "target", TP_FIELD, ep)
     method = spec.draft.speculative_method
     built = built_draft_tp(method, tp, draft_tp)
     if draft is None or draft is target or built is None or draft_tp is None:
         return findings
     archs = draft_architectures(method.name, draft.model_type, draft.architectures)
-    findings += _split_failures(draft, archs, built, "draft", DRAFT_TP_FIELD)
+    findings += _split_failures(draft, archs, built, "draft", DRAFT_TP_FIELD, ep)
     if built == draft_tp:
         return findings
     refusals = check_model_tp(draft, built, "draft", DRAFT_TP_FIELD)

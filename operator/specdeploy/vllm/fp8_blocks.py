@@ -16,8 +16,9 @@ are the same lines in all three):
   whole blocks (validate_fp8_block_shape_moe) unless fused_moe/oracle/fp8.py
   refine_fp8_moe_block_shape finds a finer block, gcd(block_n, block_k, width per rank, hidden)
   of at least 32, that a Triton kernel (present on every CUDA GPU) takes instead.
-Expert parallel would put whole experts on a rank, but specdeploy never enables it, so the
-experts are TP-split.
+specdeploy never enables expert parallel; a user's `--enable-expert-parallel` (`-ep`) in
+spec.vllm.extraArgs puts whole experts on each rank (FusedMoEParallelConfig: the experts' TP
+size is then 1), and the experts' checks are skipped.
 
 Which layers a model has, and their widths, come from the keys vLLM's model classes read
 (deepseek_v2.py DeepseekV2MLAAttention: q_b_proj / q_proj and kv_b_proj ColumnParallelLinear,
@@ -138,10 +139,12 @@ def _failure(w: SplitWidth, tp: int, block: tuple[int, int], hidden: int) -> str
             f"{name} {need} ({_LINEAR})")
 
 
-def fp8_block_failures(config: Mapping[str, Any], quantization: Mapping[str, Any], tp: int) -> list[str]:
+def fp8_block_failures(config: Mapping[str, Any], quantization: Mapping[str, Any], tp: int,
+                       expert_parallel: bool = False) -> list[str]:
     """Why an FP8 block-quantized checkpoint cannot be built at `tp`: one sentence per layer
     whose split is not whole weight blocks ([] when every one is, or the checkpoint is not
-    block-quantized FP8). `config` is the LLM config."""
+    block-quantized FP8). `config` is the LLM config; with `expert_parallel` the routed experts
+    are whole on their ranks, not split."""
     block = fp8_block_size(quantization)
     if block is None or tp < 1:
         return []
@@ -150,7 +153,7 @@ def fp8_block_failures(config: Mapping[str, Any], quantization: Mapping[str, Any
     fp8_experts = config.get("expert_dtype", "fp8") == "fp8"
     out = []
     for width in split_widths(config):
-        if width.split == "experts" and not fp8_experts:
+        if width.split == "experts" and (expert_parallel or not fp8_experts):
             continue
         if width.width and not _ignored(width, quantization):
             reason = _failure(width, tp, block, hidden)

@@ -141,11 +141,21 @@ _EXPERT_WIDTH = ("model_executor/layers/fused_moe/config.py FusedMoEConfig.__pos
                  "(assert intermediate_size % tp_size == 0)")
 
 
+EXPERT_PARALLEL_FLAGS = ("--enable-expert-parallel", "--enable_expert_parallel", "-ep")  # vllm serve's own spellings
+NO_EXPERT_PARALLEL_FLAGS = ("--no-enable-expert-parallel", "--no_enable_expert_parallel")
+
+
+def expert_parallel(extra_args: tuple[str, ...] | list[str]) -> bool:
+    """Whether the server args enable expert parallel (the last of its flags wins, as argparse)."""
+    flags = [a for a in extra_args if a in EXPERT_PARALLEL_FLAGS + NO_EXPERT_PARALLEL_FLAGS]
+    return bool(flags) and flags[-1] in EXPERT_PARALLEL_FLAGS
+
+
 def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
-    """Every FusedMoE layer splits its experts' width over TP (specdeploy never enables expert
-    parallel) and asserts it splits whole, whatever the architecture or quantization. Built on
-    the meta device: a Qwen3-MoE with 1100-wide experts builds at TP 4 and fails at TP 8 with
-    an AssertionError."""
+    """Every FusedMoE layer splits its experts' width over TP unless expert parallel is on
+    (specdeploy never enables it; see expert_parallel) and asserts it splits whole, whatever the
+    architecture or quantization. Built on the meta device: a Qwen3-MoE with 1100-wide experts
+    builds at TP 4 and fails at TP 8 with an AssertionError."""
     experts = _first(config, _EXPERT_KEYS, None)
     # the experts' own key where the config has one (a list there, per layer, is not read here)
     width = _first(config, ("moe_intermediate_size",) if "moe_intermediate_size" in config else ("intermediate_size",), None)
