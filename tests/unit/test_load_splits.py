@@ -127,8 +127,20 @@ def test_the_padded_vocabulary_must_split_over_tp() -> None:
     """Qwen3.6-27B with a tower TP 12 splits: its 248320-token vocabulary still does not."""
     config = load_config("nvidia__Qwen3.6-27B-NVFP4")
     config["vision_config"] = {**config["vision_config"], "num_heads": 24, "intermediate_size": 4320}
-    [message] = _load_errors(_alone(config, 12))
+    message = _load_errors(_alone(config, 12))[0]
     assert "embed_tokens" in message and "248320" in message and "VocabParallelEmbedding" in message
+
+
+@pytest.mark.parametrize("name, tp, builds", [("q36", 12, False), ("q36", 8, True), ("q35", 32, True)])
+def test_gated_delta_net_layers_split_their_key_width_and_value_heads(name: str, tp: int, builds: bool) -> None:
+    """With the tower and the vocabulary made to split at TP 12, Qwen3.6-27B's 16 key heads of 128
+    still do not (2048 / 12); Qwen3.5-122B's, at TP 32, do (2048 / 32 = 64)."""
+    config = load_config("nvidia__Qwen3.6-27B-NVFP4" if name == "q36" else "Qwen__Qwen3.5-122B-A10B")
+    config["vision_config"] = {**config["vision_config"], "num_heads": 96, "intermediate_size": 4608}
+    config["text_config"] = {**config["text_config"], "vocab_size": 248832}
+    evaluation = _alone(config, tp)
+    assert evaluation.ok == builds, _load_errors(evaluation)
+    assert builds or "key width 2048 is not divisible by TP 12" in _load_errors(evaluation)[0]
 
 
 @pytest.mark.parametrize("name, tp, builds, size", [

@@ -21,8 +21,9 @@ their heads and MLP widths by TP (the same in all three releases). Built on the 
 0.32.0, 0.33.0 and 0.34.0: Qwen3.6-27B fails at TP 12 ("16 is not divisible by 12"), GLM-4.5V
 at TP 8 ("12 is not divisible by 8"), Qwen2.5-VL-3B at TP 8 (its 3420-wide MLP), Gemma-3-27B at
 TP 32, Mistral-Small-3.1 at TP 32, a Kimi-VL tower of 12 heads at TP 8; each builds at the
-TP below. Generic to every model: the experts' width and the padded
-vocabulary (expert_width_failures, vocab_failures)."""
+TP below. Generic to every model: the experts' width, the padded vocabulary
+and GatedDeltaNet's key width and value heads (expert_width_failures, vocab_failures,
+gated_delta_net_failures)."""
 
 from __future__ import annotations
 
@@ -162,6 +163,28 @@ def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
     if not experts or not width or width % tp == 0:
         return []
     return [f"mlp.experts: the experts' width {width} is not divisible by TP {tp} ({_EXPERT_WIDTH})"]
+
+
+_GDN = ("model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py QwenGatedDeltaNetAttention.__init__ "
+        "(conv1d ColumnParallelLinear of 2 x key width + value width, in_proj_qkvz MergedColumnParallelLinear "
+        "of the key and value widths, A_log divide(num_v_heads, tp_size))")
+
+
+def gated_delta_net_failures(config: Mapping[str, Any], tp: int) -> list[str]:
+    """GatedDeltaNet layers (Qwen3-Next, Qwen3.5: the configs with linear_num_value_heads) split
+    their key width and value heads over TP. Built on the meta device: Qwen3.6-27B (16 key heads
+    of 128) with a tower and a vocabulary TP 12 splits fails at TP 12 ("10240 is not divisible by
+    12"); Qwen3.5-122B's 16 key heads at TP 32 build (2048 / 32 is whole)."""
+    value_heads = _first(config, ("linear_num_value_heads",), None)
+    if value_heads is None:
+        return []
+    key_width = (_first(config, ("linear_num_key_heads",), 0) or 0) * (_first(config, ("linear_key_head_dim",), 0) or 0)
+    out = []
+    if key_width % tp:
+        out.append(f"linear_attn (GatedDeltaNet): the key width {key_width} is not divisible by TP {tp} ({_GDN})")
+    if value_heads % tp:
+        out.append(f"linear_attn (GatedDeltaNet): the {value_heads} value heads are not divisible by TP {tp} ({_GDN})")
+    return out
 
 
 VOCAB_PADDING = 64  # vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
