@@ -225,6 +225,7 @@ LOAD_SPLIT_CASES: tuple[tuple[str, str | None, str, tuple[int, ...], int | None]
     ("vl-glm-4.5v", None, "ngram", (4, 8), None),  # vision heads 12 % 8
     ("vl-gemma-3-27b", None, "ngram", (16, 32), None),  # SigLIP heads 16 % 32
     ("vl-mistral-small-3.1-24b", None, "ngram", (16, 32), None),  # Pixtral heads 16 % 32
+    ("vl-qwen3-vl-235b-a22b", None, "ngram", (16, 32), None),  # Qwen3-VL tower heads 16 % 32
     ("nvidia__Qwen3.6-27B-NVFP4", None, "ngram", (8, 12), None),  # Qwen3-VL tower heads 16 % 12
 )
 

@@ -152,6 +152,8 @@ def test_gated_delta_net_layers_split_their_key_width_and_value_heads(name: str,
     ("vl-qwen2.5-vl-3b", 8, False, "vision tower MLP: 3420 is not divisible by TP 8"),
     ("vl-gemma-3-27b", 16, True, None),
     ("vl-gemma-3-27b", 32, False, "vision tower heads: 16 is not divisible by TP 32"),
+    ("vl-qwen3-vl-235b-a22b", 16, True, None),
+    ("vl-qwen3-vl-235b-a22b", 32, False, "vision tower heads: 16 is not divisible by TP 32"),
     ("vl-mistral-small-3.1-24b", 16, True, None),
     ("vl-mistral-small-3.1-24b", 32, False, "vision tower heads: 16 is not divisible by TP 32"),
     ("meta-llama__Llama-4-Scout-17B-16E-Instruct", 8, True, None),  # no vision_config: the class defaults
