@@ -1,5 +1,6 @@
 """The parity grid: every target/draft pair in tests/fixtures that makes sense, every method
-that applies to it, target TP 1, 2, 3, 4, 6, 8, 16 and draft TP 1 and equal to the target's.
+that applies to it, target TP 1, 2, 3, 4, 6, 8, 16 and draft TP 1 and equal to the target's;
+and LOAD_SPLIT_CASES, where a model's own layers decide the TP (up to 32).
 
 Pure data (no vLLM import) so that the grid is the same for vLLM's side and ours. Pairs
 include deliberate mismatches (different vocab, wrong family, broken K3 DSpark drafts,
