@@ -96,7 +96,7 @@ def _split_failures(model: Geometry, architectures: list[str], tp: int, who: str
     and its FP8 weight blocks (vllm/fp8_blocks.py)."""
     reasons = tp_split_failures(tuple(architectures), model.text_config, {"vision_config": model.vision_config}, tp)
     name = architectures[0] if architectures else model.model_type
-    layers = (vocab_failures(model.vocab_size, tp) + gated_delta_net_failures(model.text_config, tp)
+    layers = (vocab_failures(model.vocab_size, tp) + gated_delta_net_failures(tuple(architectures), model.text_config, tp)
               + ([] if ep else expert_width_failures(model.text_config, tp))
               + fp8_block_failures(model.text_config, model.quantization, tp, ep))
     reasons += [f"{name}'s {reason}" for reason in layers]

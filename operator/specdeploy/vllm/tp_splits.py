@@ -170,13 +170,20 @@ _GDN = ("model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py QwenGatedDeltaN
         "of the key and value widths, A_log divide(num_v_heads, tp_size))")
 
 
-def gated_delta_net_failures(config: Mapping[str, Any], tp: int) -> list[str]:
-    """GatedDeltaNet layers (Qwen3-Next, Qwen3.5: the configs with linear_num_value_heads) split
-    their key width and value heads over TP. Built on the meta device: Qwen3.6-27B (16 key heads
-    of 128) with a tower and a vocabulary TP 12 splits fails at TP 12 ("10240 is not divisible by
-    12"); Qwen3.5-122B's 16 key heads at TP 32 build (2048 / 32 is whole)."""
+# The classes that build QwenGatedDeltaNetAttention (qwen3_next.py; qwen3_5.py, from 0.34.0
+# models/qwen3_5/); other GatedDeltaNet variants (OLMo-hybrid's) are not restated here.
+QWEN_GDN_ARCHITECTURES = frozenset({
+    "Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
+
+
+def gated_delta_net_failures(architectures: tuple[str, ...], config: Mapping[str, Any], tp: int) -> list[str]:
+    """GatedDeltaNet layers (Qwen3-Next, Qwen3.5) split their key width and value heads over
+    TP. Built on the meta device: Qwen3.6-27B (16 key heads of 128) with a tower and a vocabulary
+    TP 12 splits fails at TP 12 ("10240 is not divisible by 12"); Qwen3.5-122B's 16 key heads
+    at TP 32 build (2048 / 32 is whole)."""
     value_heads = _first(config, ("linear_num_value_heads",), None)
-    if value_heads is None:
+    if value_heads is None or not QWEN_GDN_ARCHITECTURES & set(architectures):
         return []
     key_width = (_first(config, ("linear_num_key_heads",), 0) or 0) * (_first(config, ("linear_key_head_dim",), 0) or 0)
     out = []
