@@ -53,8 +53,10 @@ class SplitWidth:
 
 
 def fp8_block_size(quantization: Mapping[str, Any]) -> tuple[int, int] | None:
-    """(block_n, block_k) of a block-quantized FP8 checkpoint (Fp8Config.from_config), else None."""
-    if "fp8" not in str(quantization.get("quant_method", "")).lower():
+    """(block_n, block_k) of a block-quantized FP8 checkpoint (Fp8Config.from_config), else None.
+    Other formats with FP8 inside (compressed-tensors, modelopt, fbgemm_fp8) have their own
+    classes, not restated here."""
+    if str(quantization.get("quant_method", "")).lower() != "fp8":
         return None
     block = quantization.get("weight_block_size")
     if not isinstance(block, (list, tuple)) or len(block) != 2 or not all(isinstance(b, int) and b > 0 for b in block):
