@@ -27,7 +27,7 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 CUSTOM_IMAGE = "registry.example/team/vllm:fast-build"  # a team's own build of the CPU vLLM venv
 MISSING_IMAGE = "registry.example/team/vllm:typo"  # no python stands for it: it cannot be pulled
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
-needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM venv at {VLLM_PYTHON} to stand for the image (make vllm-venv)")
+needs_vllm = pytest.mark.needs_vllm_venv
 # A speculative-config key the newest rule set knows and this vLLM's SpeculativeConfig does not.
 NEWER_KEY = {"disable_lookahead_block_hashes": True}
 JUDGE_TIMEOUT_S = 300.0  # a judge run on a loaded 2-core machine: import vLLM, build on meta

@@ -63,7 +63,7 @@ def test_a_spec_the_fast_rules_refuse_is_not_judged(tmp_path: Path) -> None:
     assert only["ok"] is False and only["stage"] is None and "specdeploy plan -f" in only["error"]
 
 
-@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM venv at {VLLM_PYTHON} (make vllm-venv)")
+@pytest.mark.needs_vllm_venv
 def test_the_images_vllm_refuses_what_the_newest_rules_accept(tmp_path: Path) -> None:
     """A tag that names no release: the fast rules judge with their newest rule set, which knows
     a speculative-config key that this vLLM's SpeculativeConfig refuses."""
