@@ -296,17 +296,20 @@ class Reconciler:
         No gate when the operator runs no preflight (SPECDEPLOY_PREFLIGHT=false)."""
         spec, evaluation, target, draft = run.spec, run.evaluation, run.target, run.draft
         assert spec is not None and evaluation is not None and evaluation.plan is not None and target is not None
-        if not gate.enabled():
-            return True
-        if spec.preflight.mode == "Disabled":
-            run.verdicts[PREFLIGHT] = gate.disabled().preflight
+        if not gate.enabled() or spec.preflight.mode == "Disabled":
+            if evaluation.needs_preflight:  # the last good workload, if any, stays as it is
+                decision = gate.needed(spec, operator_runs_none=not gate.enabled())
+                run.verdicts[PREFLIGHT], run.progressing = decision.preflight, decision.progressing
+                return run.stop()
+            if gate.enabled():
+                run.verdicts[PREFLIGHT] = gate.disabled().preflight
             return True
         request = await self.offload.run(self.offload.cpu, None, functools.partial(
             judge_request, spec, evaluation.plan, target.config, draft.config if draft else None))
         try:
             decision = await gate.PreflightGate(self.kube, self.logger).check(
                 spec, request, name=run.name, namespace=run.namespace, status=run.previous,
-                owner=_owner_reference(run.body), fast_version=evaluation.vllm_version)
+                owner=_owner_reference(run.body), fast_version=evaluation.vllm_version, required=evaluation.needs_preflight)
         except KubeTemporaryError as exc:  # reading or writing the Job: the workload waits
             run.progressing = Verdict("Unknown", Reason.APPLY_RETRYING, f"preflight: {exc} (retrying)")
             return run.stop(str(exc), "slow" if exc.slow else "api")
