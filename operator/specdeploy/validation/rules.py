@@ -44,7 +44,7 @@ def _check_method(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> list[Fin
     name, method = spec.draft.method, spec.draft.speculative_method
     listed = is_listed(name)
     if (listed and name not in facts.speculative_methods) or (not listed and not facts.plugin_methods):
-        plugins = "" if listed else f"; vLLM {facts.version} lets no plugin register a method"
+        plugins = "" if listed else " and lets no plugin register one"
         return [error("method-unsupported", "spec.draft.method",
                       f"vLLM {facts.version} has no speculative method {name!r}{plugins} (the pod would exit at start-up); "
                       f"it accepts {_accepted_by(facts)}. Choose one of them, or a vLLM release that has {name!r} "
