@@ -259,8 +259,9 @@ class Reconciler:
                                               f"valid with the last config read; refreshing it failed: {stale.field}: {stale.message} (retrying)")
         else:
             assert run.spec is not None
-            run.verdicts[VALIDATED] = Verdict("True", Reason.VALID,
-                                              f"{run.spec.draft.method} draft is compatible with the target (vLLM {evaluation.vllm_version} rules)")
+            judged = (f"the fast rules (vLLM {evaluation.vllm_version}) find nothing wrong; only the preflight can judge method {run.spec.draft.method}"
+                      if evaluation.needs_preflight else f"{run.spec.draft.method} draft is compatible with the target (vLLM {evaluation.vllm_version} rules)")
+            run.verdicts[VALIDATED] = Verdict("True", Reason.VALID, judged)
         plan = evaluation.plan
         if plan is None or errors:
             run.verdicts[PLANNED] = Verdict("False", Reason.NO_FEASIBLE_PLAN, _summary(errors) if errors else "no layout fits; see findings")
