@@ -104,7 +104,9 @@ def _with_aux_layers() -> dict[str, Any]:
 def test_extract_hidden_states_as_its_speculator_requires(version: str) -> None:
     ok = _evaluate(version, {"method": "extract_hidden_states", "numSpeculativeTokens": 1}, target=_with_aux_layers())
     assert ok.ok and not ok.needs_preflight and ok.speculative_config["method"] == "extract_hidden_states"
-    assert all(layer.model != "draft" for layer in ok.plan.memory.layers)
+    # no draft KV cache, but the hidden-state cache: 3 layers x 4096 x 2 bytes per token, unsplit by TP
+    assert [layer.to_dict() for layer in ok.plan.memory.layers if layer.model == "draft"] == [
+        {"model": "draft", "kind": "full", "layers": 1, "bytesPerToken": 3 * 4096 * 2}]
     k3 = _evaluate(version, {"method": "extract_hidden_states", "numSpeculativeTokens": 3}, target=_with_aux_layers())
     (fixed,) = [f for f in k3.findings if f.code == "k-fixed-by-method"]
     assert fixed.stage == "load" and "numSpeculativeTokens 1 only" in fixed.message

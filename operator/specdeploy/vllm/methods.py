@@ -98,6 +98,8 @@ class Method:
     fixed_k: int | None = None
     # Keys vLLM's speculator reads from the target's config.json with no default.
     target_config_keys: tuple[str, ...] = ()
+    # Caches the target's hidden states in a cache-only layer (models/extract_hidden_states.py).
+    keeps_hidden_state_cache: bool = False
 
     def k_source_name(self) -> str:
         """The field k defaults from, for messages."""
@@ -139,11 +141,10 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     # speculator (v1/worker/gpu/spec_decode/extract_hidden_states.py, 0.34.0 also
     # extract_hidden_states_config.py proposes_draft_tokens=False) caches the target's hidden
     # states for a KV connector, requires k 1, greedy draft sampling and the target config's
-    # eagle_aux_hidden_state_layer_ids. Its hidden-state cache (one cache-only layer,
-    # HiddenStateCacheSpec) is not counted as a draft KV cache here.
+    # eagle_aux_hidden_state_layer_ids (planning/memory.py counts its hidden-state cache).
     Method("extract_hidden_states", "no drafting: caches the target's hidden states for a KV connector", "none",
            keeps_draft_kv_cache=False, k_source="none", proposes_tokens=False, fixed_k=1,
-           target_config_keys=("eagle_aux_hidden_state_layer_ids",)),
+           target_config_keys=("eagle_aux_hidden_state_layer_ids",), keeps_hidden_state_cache=True),
     Method("suffix", "suffix decoding over the prompts and outputs seen", "none", keeps_draft_kv_cache=False,
            drafting="lookup", k_source="option", k_option="suffix_decoding_max_tree_depth",
            option_ranges=(("suffix_decoding_max_tree_depth", 1, None), ("suffix_decoding_max_cached_requests", 0, None),
