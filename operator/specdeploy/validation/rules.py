@@ -51,11 +51,13 @@ def _check_method(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> list[Fin
                       "(set spec.image or spec.vllmVersion)")]
     if not method.judged_only_in_image:
         return []
-    what = (f"method {name} runs the class draft.model names ({spec.draft.model})" if method.model_names_class
-            else f"vLLM {facts.version}'s built-in methods do not include {name!r}; a plugin in image {spec.image} may register it")
+    if method.model_names_class:
+        what, plan = f"method {name} runs {spec.draft.model}, a class in image {spec.image}", ""
+    else:
+        what = f"vLLM {facts.version}'s built-in methods do not include {name!r}; a plugin in image {spec.image} may register it"
+        plan = "; the plan counts a draft at the target's TP with a KV cache of its own, an estimate"
     return [warning(METHOD_NEEDS_PREFLIGHT, "spec.draft.method",
-                    f"{what}, and only a preflight of that image can judge it: the workload waits for the preflight's "
-                    "verdict; the plan counts the draft at the target's TP with a KV cache of its own, an estimate")]
+                    f"{what}, and only a preflight of that image can judge it: the workload waits for the preflight's verdict{plan}")]
 
 
 def _check_target_architecture(target: Geometry, facts: VllmFacts) -> list[Finding]:
