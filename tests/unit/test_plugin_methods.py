@@ -117,6 +117,10 @@ def test_extract_hidden_states_as_its_speculator_requires(version: str) -> None:
     overridden = _evaluate(version, {"method": "extract_hidden_states", "numSpeculativeTokens": 1},
                            vllm={"extraArgs": ["--hf-overrides", '{"eagle_aux_hidden_state_layer_ids": [1, 15, 29]}']})
     assert "target-config-key-missing" not in _codes(overridden)
+    sampled = _evaluate(version, {"method": "extract_hidden_states", "numSpeculativeTokens": 1,
+                                  "speculativeConfig": {"draft_sample_method": "probabilistic"}}, target=_with_aux_layers())
+    (greedy,) = [f for f in sampled.findings if f.field.endswith("draft_sample_method")]
+    assert greedy.stage == "load" and "'greedy' only" in greedy.message
     with pytest.raises(ValueError, match="uses no draft model"):
         SpeculativeDeploymentSpec.model_validate({"target": {"model": "org/t"}, "draft": {"method": "extract_hidden_states", "model": "org/d"}})
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, error
+from specdeploy.findings import Finding, Stage, error
 from specdeploy.geometry import Models
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import METHODS, Method, is_listed, method_named
@@ -200,6 +200,9 @@ def _option_range_findings(method: Method, config: dict[str, Any]) -> list[Findi
         if value < low or (high is not None and value > high):
             allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
             findings.append(error("speculative-config-range", f"{FIELD}.{key}", f"{key} must be {allowed} for method {method.name}, got {value}"))
+    findings += [error("speculative-config-method", f"{FIELD}.{key}",
+                       f"method {method.name} runs with {key} {value!r} only, got {config[key]!r}: the pod would fail at start-up", Stage.LOAD)
+                 for key, value in method.fixed_options if key in config and config[key] != value]
     if method.ordered_options:
         low_key, high_key = method.ordered_options
         low, high = config.get(low_key), config.get(high_key)

@@ -100,6 +100,9 @@ class Method:
     target_config_keys: tuple[str, ...] = ()
     # Caches the target's hidden states in a cache-only layer (models/extract_hidden_states.py).
     keeps_hidden_state_cache: bool = False
+    # SpeculativeConfig options the method's speculator takes at one value only; it raises at
+    # start-up (on the GPU's model runner) for any other.
+    fixed_options: tuple[tuple[str, Any], ...] = ()
 
     def k_source_name(self) -> str:
         """The field k defaults from, for messages."""
@@ -144,7 +147,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     # eagle_aux_hidden_state_layer_ids (planning/memory.py counts its hidden-state cache).
     Method("extract_hidden_states", "no drafting: caches the target's hidden states for a KV connector", "none",
            keeps_draft_kv_cache=False, k_source="none", proposes_tokens=False, fixed_k=1,
-           target_config_keys=("eagle_aux_hidden_state_layer_ids",), keeps_hidden_state_cache=True),
+           target_config_keys=("eagle_aux_hidden_state_layer_ids",), keeps_hidden_state_cache=True,
+           fixed_options=(("draft_sample_method", "greedy"),)),
     Method("suffix", "suffix decoding over the prompts and outputs seen", "none", keeps_draft_kv_cache=False,
            drafting="lookup", k_source="option", k_option="suffix_decoding_max_tree_depth",
            option_ranges=(("suffix_decoding_max_tree_depth", 1, None), ("suffix_decoding_max_cached_requests", 0, None),
