@@ -23,7 +23,7 @@ VLLM_WHEEL_VENVS := $(foreach v,$(VLLM_WHEEL_RELEASES),$(call release_venv,$(v))
 # The GPU wheel must be told its platform, and must not stall on Hub look-ups.
 VLLM_NEXT_ENV := HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
 
-.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-vllm test-vllm-cpu test-vllm-wheels crd lint bench clean constraints
+.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
 # What the venvs install is pinned: constraints/*.txt are `pip freeze` of venvs that passed
 # `make test`, passed to every pip install with -c, so an upstream release cannot turn main
 # red. `make constraints` refreshes them on purpose (then run `make test` and commit them).
@@ -83,18 +83,24 @@ test:
 lint: venv
 	$(RUFF) check operator tests bench scripts
 
+# Tests marked needs_vllm_venv run the core venv's code against the vLLM venv standing for an
+# image's vLLM (the preflight's CLI and Job): test-preflight runs them once that venv is built.
 test-core: venv
-	$(PY) -m pytest -q tests/unit tests/integration tests/fuzz
+	$(PY) -m pytest -q -m "not needs_vllm_venv" tests/unit tests/integration tests/fuzz
 
 # The suites skip without vLLM; importing it first makes a broken vLLM venv fail, not skip.
 # Parity runs once per supported vLLM release (each venv judges with its own vLLM); e2e serves
 # with the CPU build, which only 0.32.0 has.
 # A failing release does not stop the next one: each runs, and the target fails at the end.
-test-vllm: test-vllm-cpu test-vllm-wheels
+test-vllm: test-vllm-cpu test-preflight test-vllm-wheels
 
 test-vllm-cpu: vllm-venv
 	$(VLLM_PY) -c "import vllm, specdeploy; print('vLLM', vllm.__version__)"
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests/parity tests/e2e
+
+# Required, not skipped: a missing vLLM venv fails these here.
+test-preflight: venv vllm-venv
+	SPECDEPLOY_REQUIRE_VLLM_VENV=1 $(PY) -m pytest -q -m needs_vllm_venv tests/unit tests/integration
 
 test-vllm-wheels: vllm-next-venv
 	status=0; for venv in $(VLLM_WHEEL_VENVS); do \

@@ -2,7 +2,8 @@
 layout, judge a running server's acceptance, and run the Kubernetes operator that serves it.
 
 Exit status (scripts rely on it): 0 valid, 1 invalid (the findings say why), 2 usage or I/O
-error (a bad flag, an unreadable file, a config that could not be read)."""
+error (a bad flag, an unreadable file, a config that could not be read) or a spec that could not
+be judged here (a method only a preflight of the image can judge: `specdeploy preflight`)."""
 
 from __future__ import annotations
 
@@ -138,7 +139,8 @@ def _add_validate(sub: Any) -> None:
                     "config.json, a directory holding one, or a Hub repo id (the cache only, when offline).")
     parser.add_argument("--target", required=True, help="config.json, a directory holding one, or a Hub repo id")
     parser.add_argument("--draft", help="the draft's config.json, directory or Hub repo id (not for ngram/suffix; optional for mtp/dspark)")
-    parser.add_argument("--method", required=True, choices=METHODS, help="speculative method")
+    parser.add_argument("--method", required=True, metavar="METHOD",
+                        help=f"speculative method: {', '.join(METHODS)}; with a vLLM that lets plugins register methods, also one a plugin in the image registers")
     parser.add_argument("--tp", type=_int_or_auto, default="auto", help="target tensor parallel size (default auto)")
     parser.add_argument("--draft-tp", type=_int_or_auto, default="auto", help="draft tensor parallel size: 1, equal to --tp, or auto")
     parser.add_argument("--pp", type=_int_or_auto, default=1, help="pipeline parallel size (default 1)")
@@ -222,13 +224,19 @@ def _validate(args: argparse.Namespace) -> int:
     evaluation = evaluate(spec, target, draft)
     report = evaluation.to_dict()
 
+    unjudged = evaluation.ok and evaluation.needs_preflight
+    if unjudged:  # not accepted: only the image's vLLM can judge the method
+        report["ok"] = False
+
     def text() -> str:
         judged = [f"judged by vLLM {report['vllmVersion']}'s rules"] if report.get("vllmVersion") else []
-        lines = ["VALID" if report["ok"] else "INVALID", *_findings_text(report["findings"]), *judged, *_plan_text(report["plan"])]
+        verdict = ("NOT JUDGED: only a preflight of the image can judge the method (specdeploy preflight -f CR.yaml --python PATH)"
+                   if unjudged else "VALID" if report["ok"] else "INVALID")
+        lines = [verdict, *_findings_text(report["findings"]), *judged, *_plan_text(report["plan"])]
         return "\n".join(lines) + "\n"
 
     _emit(args.output, report, text)
-    return EXIT_VALID if evaluation.ok else EXIT_INVALID
+    return EXIT_USAGE if unjudged else EXIT_VALID if evaluation.ok else EXIT_INVALID
 
 
 # ---- plan --------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from specdeploy.planning.planner import LayoutRules, layout_findings, plan_layou
 from specdeploy.render.speculative_config import speculative_config
 from specdeploy.validation.extra_args import check_extra_args
 from specdeploy.validation.load import check_load_layout, check_load_pair
-from specdeploy.validation.rules import check_layout, check_pair
+from specdeploy.validation.rules import METHOD_NEEDS_PREFLIGHT, check_layout, check_pair
 from specdeploy.validation.speculative_config import check_speculative_config
 from specdeploy.validation.speculative_tokens import resolve_num_speculative_tokens
 from specdeploy.vllm import VllmFacts, judging_version
@@ -45,6 +45,12 @@ class Evaluation:
     @property
     def ok(self) -> bool:
         return self.plan is not None and not has_errors(self.findings)
+
+    @property
+    def needs_preflight(self) -> bool:
+        """The fast rules cannot judge the method (a plugin's, a class in the image): only a
+        preflight of the image can, so no workload runs without its verdict."""
+        return any(f.code == METHOD_NEEDS_PREFLIGHT for f in self.findings)
 
     @property
     def validated(self) -> bool:

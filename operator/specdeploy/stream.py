@@ -14,6 +14,7 @@ from specdeploy.api.parse import ParsedObject, parse_object
 from specdeploy.api.spec import API_GROUP, KIND
 from specdeploy.api.yaml_stream import StreamError, load_documents
 from specdeploy.findings import Finding, Stage, error, has_errors
+from specdeploy.validation.rules import METHOD_NEEDS_PREFLIGHT
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNJUDGED = 0, 1, 2
 
@@ -159,5 +160,9 @@ def _judge(parsed: ParsedObject, configmaps: dict[tuple[str, str], dict[str, Any
     if evaluation.ok and evaluation.plan is not None:
         manifests = render_manifests(spec, evaluation.plan, name=parsed.name, namespace=parsed.namespace)
     judged = (spec, evaluation.plan, target, draft) if manifests else None
-    return ObjectResult(parsed.name, parsed.namespace, parsed.findings + evaluation.findings, evaluation.plan_dict(), manifests,
-                        vllm_version=evaluation.vllm_version, judged=judged)
+    # A method only a preflight can judge: not judged here, and no manifests to apply (the operator
+    # applies none before the preflight's verdict); `specdeploy preflight` can judge it.
+    cannot_judge = tuple(f for f in evaluation.findings if f.code == METHOD_NEEDS_PREFLIGHT)
+    findings = tuple(f for f in evaluation.findings if f.code != METHOD_NEEDS_PREFLIGHT)
+    return ObjectResult(parsed.name, parsed.namespace, parsed.findings + findings, evaluation.plan_dict(),
+                        [] if cannot_judge else manifests, unjudged=cannot_judge, vllm_version=evaluation.vllm_version, judged=judged)

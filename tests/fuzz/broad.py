@@ -193,7 +193,7 @@ SPEC_SPECIAL: dict[tuple[str, ...], list[Any]] = {
     ("target", "model"): ["/etc/passwd", "/proc/self/mem", "/proc/self/environ", "/dev/zero", "/", "~root/x.json",
                           "../../../../etc/shadow", "/proc/self/fd/0", "org/name/extra", "a" * 512, "-", "C:\\x", "org/" + "n" * 200,
                           "http://example.com/x", "file:///etc/passwd", "..", "/sys/kernel/mm", "/tmp"],
-    ("draft", "method"): ["EAGLE3", "eagle4", "", "ngram ", "mtp", "dspark", "medusa", "mlp_speculator", "suffix", "dflash", "draft_model"],
+    ("draft", "method"): ["EAGLE3", "eagle4", "", "ngram ", "team_tree_drafter", "a" * 65, "custom_class", "extract_hidden_states", "mtp", "dspark", "medusa", "mlp_speculator", "suffix", "dflash", "draft_model"],
     ("draft", "numSpeculativeTokens"): ["auto", "AUTO", 0, 65, 64, 10**30, -1, 1.0, "3"],
     ("draft", "speculativeConfig"): [{"method": "x"}, {"num_speculative_tokens": 3}, {"model": "x"}, {"prompt_lookup_max": 10**30},
                                      {"prompt_lookup_min": -1, "prompt_lookup_max": 0}, {"draft_tensor_parallel_size": 0},

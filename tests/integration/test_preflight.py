@@ -27,7 +27,7 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 CUSTOM_IMAGE = "registry.example/team/vllm:fast-build"  # a team's own build of the CPU vLLM venv
 MISSING_IMAGE = "registry.example/team/vllm:typo"  # no python stands for it: it cannot be pulled
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
-needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM venv at {VLLM_PYTHON} to stand for the image (make vllm-venv)")
+needs_vllm = pytest.mark.needs_vllm_venv
 # A speculative-config key the newest rule set knows and this vLLM's SpeculativeConfig does not.
 NEWER_KEY = {"disable_lookahead_block_hashes": True}
 JUDGE_TIMEOUT_S = 300.0  # a judge run on a loaded 2-core machine: import vLLM, build on meta
@@ -170,3 +170,72 @@ async def test_a_held_update_leaves_the_serving_workload_as_it_is(operator: Oper
     after = cluster.get(DEPLOYMENT, "serving")
     assert after["spec"] == before["spec"]  # still the image the fast rules and the old spec chose
     assert after["spec"]["template"]["spec"]["containers"][0]["image"] == CUSTOM_IMAGE
+
+
+# A method no built-in table knows: the image (no release tag) is judged by the newest rule set,
+# whose vLLM lets plugins register methods, so only the image's own vLLM can judge it.
+PLUGIN_METHOD = "team_tree_drafter"
+
+
+def plugin_cr(name: str, image: str, *, mode: str | None = None) -> dict[str, Any]:
+    doc = cr(name, image, mode=mode)
+    doc["spec"]["draft"]["method"] = PLUGIN_METHOD
+    return doc
+
+
+def _codes(cluster: Cluster, name: str) -> list[str]:
+    return [f["code"] for f in cluster.sd(name)["status"].get("findings", [])]
+
+
+async def test_a_plugin_method_waits_for_the_preflight_even_under_best_effort(operator: Operator, cluster: Cluster) -> None:
+    """BestEffort proceeds on the fast rules when the Job cannot run; for a method only the image
+    can judge there are no fast rules to proceed on: held as under Required."""
+    await cluster.create(plugin_cr("plugin-best", MISSING_IMAGE))
+    await eventually(lambda: cluster.condition("plugin-best", "Progressing").get("reason") == "PreflightHeld", what="PreflightHeld")
+    assert cluster.condition("plugin-best", "Preflight")["reason"] == "CouldNotRun"
+    assert cluster.condition("plugin-best", "Stalled")["status"] == "True"
+    assert "method-needs-preflight" in _codes(cluster, "plugin-best")
+    assert not cluster.exists(DEPLOYMENT, "plugin-best")
+
+
+async def test_a_plugin_method_with_the_preflight_disabled_gets_no_workload(operator: Operator, cluster: Cluster) -> None:
+    await cluster.create(plugin_cr("plugin-off", MISSING_IMAGE, mode="Disabled"))
+    await eventually(lambda: cluster.condition("plugin-off", "Progressing").get("reason") == "PreflightNeeded", what="PreflightNeeded")
+    preflight = cluster.condition("plugin-off", "Preflight")
+    assert (preflight["status"], preflight["reason"]) == ("False", "PreflightNeeded")
+    assert PLUGIN_METHOD in preflight["message"] and "spec.preflight.mode is Disabled" in preflight["message"]
+    assert cluster.condition("plugin-off", "Ready")["status"] == "False"
+    assert not cluster.exists(DEPLOYMENT, "plugin-off") and jobs(cluster) == []
+
+
+async def test_an_operator_without_preflight_runs_no_workload_for_a_plugin_method(emulator: Any, cluster: Cluster) -> None:
+    """SPECDEPLOY_PREFLIGHT=false (chart preflight.enabled=false, the emulator's default here)."""
+    op = Operator(emulator)
+    await op.start()
+    try:
+        await cluster.create(plugin_cr("plugin-no-jobs", CUSTOM_IMAGE))
+        await eventually(lambda: cluster.condition("plugin-no-jobs", "Preflight").get("reason") == "PreflightNeeded", what="PreflightNeeded")
+        assert "SPECDEPLOY_PREFLIGHT=false" in cluster.condition("plugin-no-jobs", "Preflight")["message"]
+        assert cluster.condition("plugin-no-jobs", "Progressing")["reason"] == "PreflightNeeded"
+        assert not cluster.exists(DEPLOYMENT, "plugin-no-jobs") and jobs(cluster) == []
+    finally:
+        await op.stop()
+
+
+async def test_an_edit_to_a_plugin_method_leaves_the_serving_workload_as_it_is(operator: Operator, cluster: Cluster) -> None:
+    await cluster.create(cr("serving-eagle", MISSING_IMAGE, mode="Disabled"))
+    await eventually(lambda: cluster.exists(DEPLOYMENT, "serving-eagle"), what="the workload")
+    before = cluster.get(DEPLOYMENT, "serving-eagle")
+    await cluster.patch_spec("serving-eagle", {"draft": {"method": PLUGIN_METHOD}}, generation=2)
+    await eventually(lambda: cluster.condition("serving-eagle", "Progressing").get("reason") == "PreflightNeeded", what="PreflightNeeded")
+    assert cluster.get(DEPLOYMENT, "serving-eagle")["spec"] == before["spec"]
+
+
+@needs_vllm
+async def test_the_images_vllm_judges_a_method_the_fast_rules_cannot(operator: Operator, cluster: Cluster, kubelet: KubeletDouble) -> None:
+    """The image (this venv's vLLM) registers no such method: its own refusal decides."""
+    await cluster.create(plugin_cr("plugin-judged", CUSTOM_IMAGE))
+    await eventually(lambda: cluster.condition("plugin-judged", "Validated").get("reason") == "PreflightRefused", JUDGE_TIMEOUT_S, "PreflightRefused")
+    assert "method" in cluster.condition("plugin-judged", "Validated")["message"]  # vLLM's own words on the method
+    assert cluster.sd("plugin-judged")["status"]["preflight"]["stage"] == "config"
+    assert not cluster.exists(DEPLOYMENT, "plugin-judged")

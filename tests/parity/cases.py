@@ -161,6 +161,7 @@ def _draft_tps(tp: int) -> tuple[int, ...]:
 # has and the other lacks, and the checks that come with them (vllm/config/speculative.py).
 LLAMA8, LLAMA1, EAGLE3 = "meta-llama__Llama-3.1-8B-Instruct", "meta-llama__Llama-3.2-1B-Instruct", "specforge__llama3-8B-eagle3"
 QWEN8, DFLASH, K3_DRAFT = "Qwen__Qwen3-8B", "specforge__qwen3-8b-dflash", "k3-dspark-released"
+AUX_TARGET = "llama3-8b-aux-hidden-states"
 VERSION_CASES: tuple[tuple[str, str | None, str, int | None, dict[str, Any]], ...] = (
     # FLy, a lossy rejection sampler (0.33.0): k >= 2 and fly_window_size < k
     (LLAMA8, None, "ngram", 3, {"rejection_sample_method": "fly"}),
@@ -208,6 +209,13 @@ VERSION_CASES: tuple[tuple[str, str | None, str, int | None, dict[str, Any]], ..
     (QWEN8, DFLASH, "dspark", 3, {}),
     (K3, K3_DRAFT, "dflash", 3, {}),
     (K3, K3_DRAFT, "draft_model", 3, {}),
+    # extract_hidden_states: no draft model, k required; FLy refuses it (0.33.0 on). vLLM's
+    # speculator also requires k 1 and the target's eagle_aux_hidden_state_layer_ids, at start-up
+    # on the GPU, which the judge's CPU build does not reach: those rules are unit-tested
+    # (tests/unit/test_plugin_methods.py), the grid keeps to cases both judges reach.
+    (AUX_TARGET, None, "extract_hidden_states", 1, {}),
+    (AUX_TARGET, None, "extract_hidden_states", None, {}),
+    (AUX_TARGET, None, "extract_hidden_states", 1, {"rejection_sample_method": "fly"}),
 )
 
 

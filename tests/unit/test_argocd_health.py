@@ -208,10 +208,11 @@ VALID = {"Validated": Verdict("True", Reason.VALID), "Planned": Verdict("True", 
         ({**VALID, "Progressing": Verdict("True", Reason.PREFLIGHT_RUNNING, "Job k3-preflight-1 runs")}, None, "Progressing"),
         ({"Validated": Verdict("False", Reason.PREFLIGHT_REFUSED, "vLLM refused at load")}, _workload(1, 1, 1), "Degraded"),
         ({**VALID, "Progressing": Verdict("False", Reason.PREFLIGHT_HELD, "image cannot be pulled")}, None, "Degraded"),
+        ({**VALID, "Progressing": Verdict("False", Reason.PREFLIGHT_NEEDED, "a plugin's method, preflight Disabled")}, None, "Degraded"),
     ],
     ids=["serving", "rolling-out", "creating", "scaled-to-zero", "invalid-while-serving", "invalid-spec",
          "config-unavailable", "no-feasible-plan", "apply-failed", "apply-retrying",
-         "preflight-running", "preflight-refused", "preflight-held"],
+         "preflight-running", "preflight-refused", "preflight-held", "preflight-needed"],
 )
 def test_statuses_the_controller_writes(verdicts: dict[str, Verdict], workload: WorkloadState | None, expected: str) -> None:
     status = _controller_status({**{"Planned": Verdict("Unknown", Reason.NOT_VALIDATED)}, **verdicts}, workload)

@@ -63,7 +63,7 @@ def test_directory_holding_config_json_is_accepted(tmp_path: Path) -> None:
     ("validate", "--target", "/nonexistent/config.json", "--method", "ngram"),
     ("validate", "--target", K3, "--method", "ngram", "--tp", "zero"),
     ("plan", "-f", "/nonexistent.yaml"),
-    ("validate", "--target", K3, "--method", "eagle9"),
+    ("validate", "--target", K3, "--method", "Eagle 9"),
     ("validate", "--target", K3, "--method", "eagle3"),
     ("validate", "--target", K3, "--method", "ngram", "--draft", K3),
 ])
@@ -72,10 +72,45 @@ def test_usage_and_io_errors_exit_2_with_a_message(args: tuple[str, ...]) -> Non
     assert result.returncode == 2 and result.stderr.strip()
 
 
+LLAMA8 = str(MODEL_CONFIGS / "meta-llama__Llama-3.1-8B-Instruct.json")
+
+
+def _release(plugins: bool) -> str:
+    from specdeploy.vllm import SUPPORTED_VERSIONS, rule_set
+
+    return next(v for v in SUPPORTED_VERSIONS if rule_set(v).plugin_methods is plugins)
+
+
+def test_a_method_no_release_knows_is_refused_where_no_plugin_may_register_one() -> None:
+    result = run("validate", "--target", LLAMA8, "--method", "my_spec", "--num-speculative-tokens", "3",
+                 "--vllm-version", _release(False), "-o", "json")
+    assert result.returncode == 1, result.stderr
+    finding = next(f for f in json.loads(result.stdout)["findings"] if f["code"] == "method-unsupported")
+    assert finding["field"] == "spec.draft.method" and "'my_spec'" in finding["message"]
+    assert "eagle3" in finding["message"] and "ngram" in finding["message"]
+
+
+def test_a_plugin_method_is_not_judged_by_validate_or_plan_exit_2_with_the_way_to_judge_it(tmp_path: Path) -> None:
+    """Neither valid nor invalid: only the image's vLLM (a preflight) knows what a plugin registers."""
+    release = _release(True)
+    result = run("validate", "--target", LLAMA8, "--method", "my_spec", "--num-speculative-tokens", "3", "--vllm-version", release)
+    assert result.returncode == 2
+    assert result.stdout.startswith("NOT JUDGED") and "method-needs-preflight" in result.stdout and "specdeploy preflight" in result.stdout
+    cr = tmp_path / "cr.yaml"
+    cr.write_text(yaml.safe_dump({"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": "p"},
+                                  "spec": {"image": f"vllm/vllm-openai:v{release}", "target": {"model": "t", "config": json.loads(Path(LLAMA8).read_text())},
+                                           "draft": {"method": "my_spec", "numSpeculativeTokens": 3}}}))
+    plan = run("plan", "-f", str(cr), "-o", "json")
+    assert plan.returncode == 2
+    out = json.loads(plan.stdout)["results"][0]
+    assert out["verdict"] == "unjudged" and out["manifests"] == [] and out["plan"] is not None
+    assert "a plugin in image" in next(f["message"] for f in out["findings"] if f["code"] == "method-needs-preflight")
+
+
 def test_bad_spec_field_exits_1_naming_the_field(tmp_path: Path) -> None:
     cr = tmp_path / "sd.yaml"
     cr.write_text("apiVersion: specdeploy.io/v1alpha1\nkind: SpeculativeDeployment\nmetadata: {name: x}\n"
-                  "spec:\n  target: {model: a/b}\n  draft: {method: eagle9, model: c/d}\n  replicas: -1\n")
+                  "spec:\n  target: {model: a/b}\n  draft: {method: Eagle9, model: c/d}\n  replicas: -1\n")
     result = run("plan", "-f", str(cr), "-o", "json")
     assert result.returncode == 1
     findings = json.loads(result.stdout)["results"][0]["findings"]

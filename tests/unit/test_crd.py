@@ -169,6 +169,12 @@ CEL_SAMPLES = [
     ("target.model", "moonshotai/Kimi-K3", True, True),
     ("target.model", "moonshotai/Kimi K3", False, True),
     ("draft.model", "org/draft", True, True),
+    # a name the table does not know may be a plugin's: the schema bounds its shape only
+    ("draft.method", "my_plugin_method2", True, True),
+    ("draft.method", "My Plugin", False, True),
+    ("draft.method", "2fast", False, True),
+    ("draft", {"method": "my_plugin_method"}, True, True),
+    ("draft", {"method": "my_plugin_method", "model": "org/draft"}, True, True),
     ("draft.model", "org/draft\n", False, True),
     ("image", "vllm/vllm-openai:v0.32.0", True, True),
     ("image", "", False, True),
@@ -208,6 +214,15 @@ def _set(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     else:
         node[last] = value
     return doc
+
+
+def test_a_hostile_method_name_is_refused_by_the_schema_with_the_field_named() -> None:
+    """10 kB: over maxLength for the API server (which then never runs the CEL rule) and pydantic."""
+    hostile = _set(BASE, "draft.method", "x" * 10_000)
+    assert _schema_accepts(hostile, with_cel=False) is False
+    with pytest.raises(pydantic.ValidationError) as refused:
+        SpeculativeDeploymentSpec.model_validate(hostile)
+    assert refused.value.errors()[0]["loc"][:2] == ("draft", "method")
 
 
 @pytest.mark.parametrize(("path", "value", "valid", "pydantic_too"), CEL_SAMPLES)

@@ -68,6 +68,8 @@ def test_each_bad_cr_is_refused_with_a_message(capsys: pytest.CaptureFixture[str
     ("resource-name-bare", "spec.resources.gpu.resourceName", "nvidia.com/gpu"),
     ("model-whitespace", "spec.target.model", "whitespace"),
     ("draft-model-missing", "spec.draft", "needs draft.model"),
+    ("method-name-hostile", "spec.draft.method", "must be a method name"),
+    ("method-unknown", "spec.draft.method", "lets no plugin register one (the pod would exit at start-up); it accepts eagle, eagle3"),
 ])
 def test_refusals_name_the_field(capsys: pytest.CaptureFixture[str], name: str, field: str, words: str) -> None:
     code, out, _ = plan(capsys, BAD[[p.stem for p in BAD].index(name)], "-o", "json")

@@ -40,6 +40,20 @@ def test_render_prints_the_job_and_config_map_the_operator_creates() -> None:
     assert json.loads(config_map["data"]["request.json"])["args"][0] == cr["spec"]["target"]["model"]
 
 
+def test_a_plugin_method_plan_does_not_judge_is_what_the_preflight_judges(tmp_path: Path) -> None:
+    """`plan -f` gives no manifests for it (exit 2): the preflight is the way to a verdict."""
+    cr = yaml.safe_load(LLAMA.read_text())
+    cr["spec"]["draft"]["method"] = "team_tree_drafter"
+    path = tmp_path / "plugin.yaml"
+    path.write_text(yaml.safe_dump(cr))
+    result = run("-f", str(path), "--render", "-o", "yaml")
+    assert result.returncode == 0, result.stderr
+    config_map, job = yaml.safe_load_all(result.stdout)
+    args = json.loads(config_map["data"]["request.json"])["args"]
+    assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "team_tree_drafter"
+    assert job["kind"] == "Job"
+
+
 @pytest.mark.parametrize("flags", [[], ["--render", "--python", "python3"]])
 def test_exactly_one_of_python_and_render(flags: list[str]) -> None:
     result = run("-f", str(LLAMA), *flags)
@@ -63,7 +77,7 @@ def test_a_spec_the_fast_rules_refuse_is_not_judged(tmp_path: Path) -> None:
     assert only["ok"] is False and only["stage"] is None and "specdeploy plan -f" in only["error"]
 
 
-@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM venv at {VLLM_PYTHON} (make vllm-venv)")
+@pytest.mark.needs_vllm_venv
 def test_the_images_vllm_refuses_what_the_newest_rules_accept(tmp_path: Path) -> None:
     """A tag that names no release: the fast rules judge with their newest rule set, which knows
     a speculative-config key that this vLLM's SpeculativeConfig refuses."""

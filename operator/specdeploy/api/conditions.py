@@ -57,6 +57,8 @@ class Reason:
     RECONCILE_TIMEOUT = "ReconcileTimeout"
     PREFLIGHT_RUNNING = "PreflightRunning"  # the workload waits for the preflight's verdict
     PREFLIGHT_HELD = "PreflightHeld"  # spec.preflight.mode Required and the Job could not run
+    # A method only a preflight of the image can judge (a plugin's) while no preflight runs: no workload
+    PREFLIGHT_NEEDED = "PreflightNeeded"
     # Preflight
     PASSED = "Passed"
     REFUSED = "Refused"
@@ -87,7 +89,7 @@ class Reason:
 REASONS: Final[frozenset[str]] = frozenset(v for k, v in vars(Reason).items() if k.isupper())
 # Progressing reasons that mean the operator cannot make progress on its own (kstatus Stalled).
 STUCK_REASONS: Final[frozenset[str]] = frozenset({Reason.APPLY_FAILED, Reason.INVALID_CHILD_NAMES, Reason.RECONCILE_ERROR,
-                                                        Reason.PREFLIGHT_HELD})
+                                                        Reason.PREFLIGHT_HELD, Reason.PREFLIGHT_NEEDED})
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from specdeploy.api.names import QUALIFIED_NAME_RULE, is_dns1123_subdomain, is_l
 from specdeploy.vllm import DEFAULT_IMAGE
 from specdeploy.vllm.methods import METHODS as METHOD_TABLE
 from specdeploy.vllm.methods import Method as SpeculativeMethod
-from specdeploy.vllm.methods import accepted_names, aliases, method_named, methods_where
+from specdeploy.vllm.methods import accepted_names, aliases, method_named, methods_where, plugin_releases
 
 API_GROUP = "specdeploy.io"
 API_VERSION = "v1alpha1"
@@ -24,9 +24,9 @@ SHORT_NAMES = ["sdep"]
 
 # The methods this operator plans for, and every alias a supported release accepts for one
 # (specdeploy.vllm.methods). Which of them a release accepts is that release's fact: newer releases
-# dropped medusa and mlp_speculator.
+# dropped medusa and mlp_speculator. Any other name of this shape may be a plugin's (where the release lets plugins register methods):
+# the release-aware rules judge it (validation/rules.py), the schema only bounds it.
 METHODS: tuple[str, ...] = accepted_names()
-Method = Literal[METHODS]  # type: ignore[valid-type]
 
 # Spec paths findings name (what a user edits).
 TP_FIELD = "spec.parallelism.tensorParallelSize"
@@ -70,6 +70,10 @@ NoSpace = Annotated[str, AfterValidator(_no_space)]
 NonEmpty = Annotated[str, AfterValidator(_not_empty)]
 ResourceName = Annotated[str, _matching(RESOURCE_NAME_RE, "must be an extended resource name like nvidia.com/gpu")]
 Quantity = Annotated[str, _matching(QUANTITY_RE, "must be a Kubernetes quantity like 200Gi")]
+METHOD_NAME_RE = r"^[a-z][a-z0-9_]*$"
+METHOD_NAME_RULE = "must be a method name: lowercase letters, digits and _, starting with a letter"
+MAX_METHOD_NAME = 64
+Method = Annotated[str, Field(max_length=MAX_METHOD_NAME), _matching(METHOD_NAME_RE, METHOD_NAME_RULE)]
 
 Auto = Literal["auto"]
 IntOrAuto = Union[Auto, int]
@@ -96,7 +100,8 @@ def _method_description() -> str:
     named = "; ".join(f"{', '.join(names)} name {method} (vLLM rewrites them to it)" for method, names in by_alias.items())
     return (f"vLLM speculative method. {kinds}. No draft model: {', '.join(methods_where(draft='none'))}. "
             f"Without draft.model, {', '.join(m.name for m in METHOD_TABLE.values() if m.target_as_draft)} draft "
-            f"from the target checkpoint itself. {named}.")
+            f"from the target checkpoint itself. {named}. Any other name is taken only for an image whose vLLM lets "
+            f"plugins register methods ({', '.join(plugin_releases())}), and only a preflight of that image can judge it.")
 
 
 def _draft_model_description() -> str:
@@ -182,8 +187,14 @@ class DraftSpec(SpecModel):
         return method_named(self.method)
 
     @property
-    def has_own_checkpoint(self) -> bool:
+    def passes_model(self) -> bool:
+        """draft.model goes to vLLM as the speculative config's `model`."""
         return bool(self.model) and self.speculative_method.draft != "none"
+
+    @property
+    def has_own_checkpoint(self) -> bool:
+        """draft.model is a checkpoint whose config.json the operator reads."""
+        return self.passes_model and not self.speculative_method.model_names_class
 
 
 class GpuSpec(SpecModel):

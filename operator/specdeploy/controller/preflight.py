@@ -123,6 +123,16 @@ def disabled() -> Decision:
     return Decision(True, Verdict("Unknown", Reason.DISABLED, "spec.preflight.mode is Disabled: the fast rules alone decide"))
 
 
+def needed(spec: SpeculativeDeploymentSpec, *, operator_runs_none: bool) -> Decision:
+    """No workload for a method only a preflight can judge when none will run: the fast rules
+    cannot accept it (validation/rules.py method-needs-preflight), and nothing else may."""
+    off = ("the operator runs no preflight (SPECDEPLOY_PREFLIGHT=false, chart value preflight.enabled=false)" if operator_runs_none
+           else "spec.preflight.mode is Disabled")
+    message = (f"method {spec.draft.method} can only be judged by a preflight of {spec.image}, and {off}: no workload "
+               "(enable the preflight, or choose a built-in method)")
+    return Decision(False, Verdict("False", Reason.PREFLIGHT_NEEDED, message), progressing=Verdict("False", Reason.PREFLIGHT_NEEDED, message))
+
+
 class PreflightGate:
     """The gate's I/O: the Job and its ConfigMap, the run's pods, status.preflight."""
 
@@ -131,11 +141,13 @@ class PreflightGate:
         self.logger = logger
 
     async def check(self, spec: SpeculativeDeploymentSpec, request: JudgeRequest, *, name: str, namespace: str,
-                    status: Mapping[str, Any], owner: dict[str, Any], fast_version: str | None) -> Decision:
+                    status: Mapping[str, Any], owner: dict[str, Any], fast_version: str | None,
+                    required: bool = False) -> Decision:
         """The decision for `request`: from status.preflight when it holds this request's
-        verdict (no API call), else from the Job (started here the first time)."""
+        verdict (no API call), else from the Job (started here the first time). `required`: the
+        fast rules could not judge the spec, so BestEffort holds the workload as Required does."""
         job = preflight_name(name, request.key)
-        mode = spec.preflight.mode
+        mode = "Required" if required else spec.preflight.mode
         cached = _cached(status, request)
         if cached is not None:  # told when first recorded: no Event, no status write
             decision = decide(cached, request, mode=mode, job=(status.get("preflight") or {}).get("job", job), fast_version=fast_version)

@@ -259,8 +259,9 @@ class Reconciler:
                                               f"valid with the last config read; refreshing it failed: {stale.field}: {stale.message} (retrying)")
         else:
             assert run.spec is not None
-            run.verdicts[VALIDATED] = Verdict("True", Reason.VALID,
-                                              f"{run.spec.draft.method} draft is compatible with the target (vLLM {evaluation.vllm_version} rules)")
+            judged = (f"the fast rules (vLLM {evaluation.vllm_version}) find nothing wrong; only the preflight can judge method {run.spec.draft.method}"
+                      if evaluation.needs_preflight else f"{run.spec.draft.method} draft is compatible with the target (vLLM {evaluation.vllm_version} rules)")
+            run.verdicts[VALIDATED] = Verdict("True", Reason.VALID, judged)
         plan = evaluation.plan
         if plan is None or errors:
             run.verdicts[PLANNED] = Verdict("False", Reason.NO_FEASIBLE_PLAN, _summary(errors) if errors else "no layout fits; see findings")
@@ -296,17 +297,20 @@ class Reconciler:
         No gate when the operator runs no preflight (SPECDEPLOY_PREFLIGHT=false)."""
         spec, evaluation, target, draft = run.spec, run.evaluation, run.target, run.draft
         assert spec is not None and evaluation is not None and evaluation.plan is not None and target is not None
-        if not gate.enabled():
-            return True
-        if spec.preflight.mode == "Disabled":
-            run.verdicts[PREFLIGHT] = gate.disabled().preflight
+        if not gate.enabled() or spec.preflight.mode == "Disabled":
+            if evaluation.needs_preflight:  # the last good workload, if any, stays as it is
+                decision = gate.needed(spec, operator_runs_none=not gate.enabled())
+                run.verdicts[PREFLIGHT], run.progressing = decision.preflight, decision.progressing
+                return run.stop()
+            if gate.enabled():
+                run.verdicts[PREFLIGHT] = gate.disabled().preflight
             return True
         request = await self.offload.run(self.offload.cpu, None, functools.partial(
             judge_request, spec, evaluation.plan, target.config, draft.config if draft else None))
         try:
             decision = await gate.PreflightGate(self.kube, self.logger).check(
                 spec, request, name=run.name, namespace=run.namespace, status=run.previous,
-                owner=_owner_reference(run.body), fast_version=evaluation.vllm_version)
+                owner=_owner_reference(run.body), fast_version=evaluation.vllm_version, required=evaluation.needs_preflight)
         except KubeTemporaryError as exc:  # reading or writing the Job: the workload waits
             run.progressing = Verdict("Unknown", Reason.APPLY_RETRYING, f"preflight: {exc} (retrying)")
             return run.stop(str(exc), "slow" if exc.slow else "api")

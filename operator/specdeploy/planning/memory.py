@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from specdeploy.geometry import Geometry
 from specdeploy.vllm.methods import built_draft_tp, method_named
-from specdeploy.planning.kv_cache import (GPU_MAX_NUM_BATCHED_TOKENS, STATE, CacheNeed, LayerCache, cache_need,
+from specdeploy.planning.kv_cache import (FULL, GPU_MAX_NUM_BATCHED_TOKENS, STATE, CacheNeed, LayerCache, cache_need,
                                           default_block_size, model_layer_caches, promote_local_to_full)
 
 GIB = 1024**3
@@ -80,6 +80,8 @@ def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int,
     """Every layer cache vLLM allocates on one GPU: the target's, then the draft's."""
     caches = model_layer_caches(target, tp, pp, kv_cache_dtype, k, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
     record = method_named(method)
+    if record.keeps_hidden_state_cache:
+        return caches + _hidden_state_cache(target)
     if draft is None or not record.keeps_draft_kv_cache:
         return caches
     built_tp = built_draft_tp(record, tp, draft_tp) or tp
@@ -93,6 +95,17 @@ def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int,
     # cache manager, so the chunked layers are allocated as full attention.
     chunked = target.text_config.get("attention_chunk_size") if isinstance(target.text_config, dict) else None
     return promote_local_to_full(caches) if chunked and record.use_eagle else caches
+
+
+def _hidden_state_cache(target: Geometry) -> list[LayerCache]:
+    """extract_hidden_states' one cache-only layer (models/extract_hidden_states.py
+    CacheOnlyAttentionLayer: one head per captured layer of hidden_size, HiddenStateCacheSpec, an
+    MLA-kind spec, so no separate V), in the model's dtype whatever the KV dtype, unsplit by TP.
+    Counted as one full-attention layer of that width (vLLM groups it apart: an estimate)."""
+    ids = target.text_config.get("eagle_aux_hidden_state_layer_ids") or ()
+    if not ids:
+        return []
+    return [LayerCache(FULL, 1, bytes_per_token=len(ids) * target.hidden_size * model_dtype_bytes(target), model="draft")]
 
 
 def attention_bytes_per_token(caches: list[LayerCache]) -> int:

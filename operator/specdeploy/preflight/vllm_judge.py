@@ -393,6 +393,17 @@ def _judging_environment() -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
+def _load_general_plugins() -> None:
+    """The image's vLLM general plugins (entry point group `vllm.general_plugins`), loaded as
+    `vllm serve` loads them before it parses the args (engine/arg_utils.py
+    AsyncEngineArgs.add_cli_args and EngineArgs.create_engine_config call
+    `vllm.plugins.load_general_plugins()`): where the release has `register_speculative_method`,
+    a plugin may register a speculative method, which the image's vLLM then judges like its own."""
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+
+
 class Judge:
     """One process-wide set of stand-ins; `judge()` per request. The parity suite keeps one
     Judge for its whole grid; the preflight Job makes one for its one request."""
@@ -406,6 +417,7 @@ class Judge:
 
         self.version = vllm.__version__
         self._torch = torch
+        _load_general_plugins()
         config_vllm.HAS_TRITON = True
         original = type(current_platform).get_attn_backend_cls.__func__
 

@@ -13,7 +13,7 @@ from specdeploy.planning.plan import Plan
 def speculative_config(spec: SpeculativeDeploymentSpec, plan: Plan) -> dict[str, Any]:
     draft = spec.draft
     config: dict[str, Any] = {"method": plan.method, "num_speculative_tokens": plan.num_speculative_tokens}
-    if draft.has_own_checkpoint:
+    if draft.passes_model:
         config["model"] = draft.model
     if draft.revision:
         config["revision"] = draft.revision

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 from specdeploy.api.conditions import UNKNOWN, Reason, Verdict
 from specdeploy.api.spec import MAX_NUM_SPECULATIVE_TOKENS
 from specdeploy.telemetry.metrics import Counters
-from specdeploy.vllm.methods import drafting
+from specdeploy.vllm.methods import drafting, method_named
 
 # Without a memory plan (no GPU in the spec) a small draft is assumed to cost a tenth of a
 # target step, the setting of Leviathan et al.'s worked example; the source is reported.
@@ -151,6 +151,12 @@ def _with_verdict(a: Analysis) -> Analysis:
     from dataclasses import replace
 
     drafts = a.counters.drafts
+    if a.method is not None and not method_named(a.method).proposes_tokens:
+        # extract_hidden_states counts a token it never drafted as accepted, every step
+        # (v1/worker/gpu/spec_decode/extract_hidden_states.py: "always-accepted draft tokens").
+        return replace(a, verdict=Verdict("False", Reason.NO_SPEEDUP,
+                                          f"method {a.method} proposes no tokens (it caches the target's hidden states for a KV "
+                                          "connector): its acceptance counters measure no drafting, and it cannot speed decoding up"))
     if drafts < MIN_DRAFTS:
         return replace(a, verdict=Verdict("Unknown", Reason.NOT_ENOUGH_DRAFTS,
                                           f"{drafts:.0f} drafts counted so far; a verdict needs at least {MIN_DRAFTS}"))

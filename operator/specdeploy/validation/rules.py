@@ -7,11 +7,12 @@ Two kinds: `check_pair` (independent of the parallel layout) and `check_layout`
 from __future__ import annotations
 
 from specdeploy.api.spec import DRAFT_TP_FIELD, PP_FIELD, TP_FIELD, SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, Stage, error, info, warning
+from specdeploy.findings import Finding, Stage, error, has_errors, info, warning
 from specdeploy.geometry import Geometry, Models
 from specdeploy.validation.speculative_config import FIELD as PASSTHROUGH_FIELD
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import METHODS as METHOD_TABLE
+from specdeploy.vllm.methods import is_listed
 from specdeploy.vllm.drafts import (
     DSPARK_ARCHITECTURES,
     IN_CHECKPOINT_DSPARK_TARGETS,
@@ -23,21 +24,52 @@ def divisors_note(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
+# Fast rules cannot judge the method: the workload waits for a preflight of the image's own vLLM
+# (controller/reconcile.py); the CLI reports the spec as not judged.
+METHOD_NEEDS_PREFLIGHT = "method-needs-preflight"
+
+
+def _accepted_by(facts: VllmFacts) -> str:
+    """The method names a release accepts, its methods first, then the aliases it rewrites."""
+    methods = [name for name in METHOD_TABLE if name in facts.speculative_methods]
+    others = sorted(facts.speculative_methods - set(methods))
+    return ", ".join(methods) + (f"; aliases: {', '.join(others)}" if others else "")
+
+
 def _check_method(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> list[Finding]:
-    # SpeculativeConfig.method is a Literal of the release's methods (config/speculative.py).
-    if spec.draft.method in facts.speculative_methods:
+    """SpeculativeConfig.method is a Literal of the release's methods (config/speculative.py);
+    where plugins may register methods, `_validate_method` also takes a name a plugin registered
+    (v1/worker/gpu/spec_decode/speculator_config.py register_speculative_method), which only
+    that image's vLLM knows: judged there, by a preflight, never accepted silently."""
+    name, method = spec.draft.method, spec.draft.speculative_method
+    listed = is_listed(name)
+    if (listed and name not in facts.speculative_methods) or (not listed and not facts.plugin_methods):
+        plugins = "" if listed else " and lets no plugin register one"
+        return [error("method-unsupported", "spec.draft.method",
+                      f"vLLM {facts.version} has no speculative method {name!r}{plugins} (the pod would exit at start-up); "
+                      f"it accepts {_accepted_by(facts)}. Choose one of them, or a vLLM release that has {name!r} "
+                      "(set spec.image or spec.vllmVersion)")]
+    if not method.judged_only_in_image:
         return []
-    return [error("method-unsupported", "spec.draft.method",
-                  f"vLLM {facts.version} has no speculative method {spec.draft.method!r} (the pod would exit at start-up); "
-                  f"choose another method or a vLLM release that has it (set spec.image or spec.vllmVersion)")]
+    if method.model_names_class:
+        what, plan = f"method {name} runs {spec.draft.model}, a class in image {spec.image}", ""
+    else:
+        what = f"vLLM {facts.version}'s built-in methods do not include {name!r}; a plugin in image {spec.image} may register it"
+        plan = "; the plan counts a draft at the target's TP with a KV cache of its own, an estimate"
+    return [warning(METHOD_NEEDS_PREFLIGHT, "spec.draft.method",
+                    f"{what}, and only a preflight of that image can judge it: the workload waits for the preflight's verdict{plan}")]
+
+
+def _check_target_architecture(target: Geometry, facts: VllmFacts) -> list[Finding]:
+    if facts.any_supported(target.architectures):
+        return []
+    return [error("target-architecture-unsupported", "spec.target.config.architectures",
+                  f"vLLM {facts.version} has no model class for {list(target.architectures) or 'a config without architectures'}")]
 
 
 def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None,
                          facts: VllmFacts) -> list[Finding]:
-    findings = []
-    if not facts.any_supported(target.architectures):
-        findings.append(error("target-architecture-unsupported", "spec.target.config.architectures",
-                              f"vLLM {facts.version} has no model class for {list(target.architectures) or 'a config without architectures'}"))
+    findings = _check_target_architecture(target, facts)
     method = spec.draft.speculative_method
     if method.target_mtp_layers:
         # SpeculativeConfig.hf_config_override + __post_init__ (vllm/config/speculative.py).
@@ -132,15 +164,33 @@ def _check_declared_speculator(spec: SpeculativeDeploymentSpec, draft: Geometry 
                   f"{declared['base_method']!r} checkpoint, not {method!r}; use method {declared['base_method']} or a {method} draft")]
 
 
+def _check_target_config_keys(spec: SpeculativeDeploymentSpec, target: Geometry) -> list[Finding]:
+    """Keys the method's speculator reads from the target's config with no default:
+    extract_hidden_states builds its draft config from the target's (ExtractHiddenStatesConfig),
+    and its speculator refuses one without eagle_aux_hidden_state_layer_ids at start-up
+    (v1/spec_decode/extract_hidden_states.py, v1/worker/gpu/spec_decode/extract_hidden_states.py).
+    An --hf-overrides in extraArgs may add them: then only the pod can tell."""
+    method = spec.draft.speculative_method
+    if any(arg.startswith("--hf-overrides") for arg in spec.vllm.extra_args):
+        return []
+    return [error("target-config-key-missing", f"spec.target.config.{key}",
+                  f"method {method.name} reads {key} from the target's config.json, which has none: the pod would fail at "
+                  f"start-up; add it to the config (or pass it with --hf-overrides in spec.vllm.extraArgs)", Stage.LOAD)
+            for key in method.target_config_keys if key not in target.text_config]
+
+
 def check_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
     """Rules that hold for every parallel layout and every k."""
     target, draft = models.target, models.draft
     findings = _check_method(spec, facts)
-    if findings:
+    if has_errors(findings):
         return findings  # every other rule is the method's; vLLM stops at the method too
+    if spec.draft.speculative_method.judged_only_in_image:
+        # The draft's rules are the image's code: only the target's own are judged here.
+        return findings + _check_target_architecture(target, facts) + _check_max_model_len(spec, target)
     findings += _check_architectures(spec, target, draft, facts)
     findings += _check_vocab(spec, target, draft, facts)
-    findings += _check_max_model_len(spec, target)
+    findings += _check_max_model_len(spec, target) + _check_target_config_keys(spec, target)
     findings += _check_draft_max_model_len(spec, target, draft)
     if not models.draft_is_target:
         findings += _check_declared_speculator(spec, draft, facts)

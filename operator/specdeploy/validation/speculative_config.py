@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, error
+from specdeploy.findings import Finding, Stage, error
 from specdeploy.geometry import Models
 from specdeploy.vllm import VllmFacts
-from specdeploy.vllm.methods import METHODS, Method, method_named
+from specdeploy.vllm.methods import METHODS, Method, is_listed, method_named
 
 FIELD = "spec.draft.speculativeConfig"
 
@@ -51,7 +51,11 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
                           facts: VllmFacts) -> list[Finding]:
     method, config = spec.draft.speculative_method, spec.draft.speculative_config
     logic = facts.logic
-    if logic.options_checked_per_speculator:
+    # A plugin's method: which options its speculator takes is the plugin's (the preflight judges).
+    by_method = is_listed(method.name)
+    if not by_method:
+        findings = []
+    elif logic.options_checked_per_speculator:
         findings = _speculator_option_findings(method.name, config, models, facts)
     else:
         findings = _exclusive_option_findings(method, config, facts)
@@ -76,12 +80,8 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
                    "rejection_sample_method synthetic needs exactly one of synthetic_acceptance_rates or synthetic_acceptance_length")
     elif synthetic:
         refuse("speculative-config-combination", synthetic[0], f"{synthetic[0]} is only valid with rejection_sample_method synthetic")
-    if logic.fly_rejection_sampler and sampler == "fly" and k is not None:
-        window = config.get("fly_window_size")
-        if k < 2:
-            refuse("speculative-config-combination", "rejection_sample_method", f"FLy (rejection_sample_method fly) requires numSpeculativeTokens >= 2, got {k}")
-        elif isinstance(window, int) and not isinstance(window, bool) and window >= k:
-            refuse("speculative-config-combination", "fly_window_size", f"FLy requires fly_window_size ({window}) to be smaller than numSpeculativeTokens ({k})")
+    if logic.fly_rejection_sampler and sampler == "fly":
+        findings += _fly_findings(method, k, config)
     if (config.get("draft_lm_head_quantization") is not None and "draft_lm_head_quantization" in facts.speculative_fields
             and not logic.options_checked_per_speculator):
         excluded_mtp = (method.target_mtp_layers and models is not None and models.target.mtp is not None
@@ -92,7 +92,27 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
     topc = config.get("xpress_topc")
     if topc is not None and "xpress_topc" in facts.speculative_fields and models is not None:
         findings += _xpress_topc_findings(topc, method.name, models, facts)
-    return findings + _release_option_findings(method.name, config, models, facts) + _option_range_findings(method, config)
+    if by_method:
+        findings += _release_option_findings(method.name, config, models, facts)
+    return findings + _option_range_findings(method, config)
+
+
+def _fly_findings(method: Method, k: int | None, config: dict[str, Any]) -> list[Finding]:
+    """rejection_sample_method fly (_verify_args, releases with FLy): a method that proposes
+    tokens, k >= 2 and fly_window_size < k."""
+    def refuse(key: str, message: str) -> list[Finding]:
+        return [error("speculative-config-combination", f"{FIELD}.{key}", message)]
+
+    if not method.proposes_tokens:
+        return refuse("rejection_sample_method", f"FLy (rejection_sample_method fly) is not compatible with method {method.name}, which proposes no tokens")
+    window = config.get("fly_window_size")
+    if k is None:
+        return []
+    if k < 2:
+        return refuse("rejection_sample_method", f"FLy (rejection_sample_method fly) requires numSpeculativeTokens >= 2, got {k}")
+    if isinstance(window, int) and not isinstance(window, bool) and window >= k:
+        return refuse("fly_window_size", f"FLy requires fly_window_size ({window}) to be smaller than numSpeculativeTokens ({k})")
+    return []
 
 
 def _release_option_findings(method: str, config: dict[str, Any], models: Models | None, facts: VllmFacts) -> list[Finding]:
@@ -180,6 +200,9 @@ def _option_range_findings(method: Method, config: dict[str, Any]) -> list[Findi
         if value < low or (high is not None and value > high):
             allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
             findings.append(error("speculative-config-range", f"{FIELD}.{key}", f"{key} must be {allowed} for method {method.name}, got {value}"))
+    findings += [error("speculative-config-method", f"{FIELD}.{key}",
+                       f"method {method.name} runs with {key} {value!r} only, got {config[key]!r}: the pod would fail at start-up", Stage.LOAD)
+                 for key, value in method.fixed_options if key in config and config[key] != value]
     if method.ordered_options:
         low_key, high_key = method.ordered_options
         low, high = config.get(low_key), config.get(high_key)

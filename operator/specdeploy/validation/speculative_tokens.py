@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, error, info
+from specdeploy.findings import Finding, Stage, error, info
 from specdeploy.geometry import Geometry, Models
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import Method, default_k
@@ -55,18 +55,26 @@ def resolve_num_speculative_tokens(
                             f"numSpeculativeTokens is required for {method.name} without draft.model: vLLM drafts from the target checkpoint only when k is set (or set it to auto)")]
     if k is None:
         if not n_predict or n_predict <= 0:
-            return None, [error("k-required", K_FIELD,
-                                f"numSpeculativeTokens is required: the {method.name} draft config has no {method.k_source_name()} to default from; set an integer >= 1 or auto")]
+            source = (f"the {method.name} draft config has no {method.k_source_name()} to default from" if method.k_source != "none"
+                      else f"{method.name} has no default")
+            return None, [error("k-required", K_FIELD, f"numSpeculativeTokens is required: {source}; set an integer >= 1 or auto")]
         return n_predict, [info("k-default", K_FIELD, f"numSpeculativeTokens defaults to {n_predict} from the draft config")]
     if _refused_by_n_predict(method, n_predict, k):
         return k, [error("k-not-multiple-of-n-predict", K_FIELD,
                          f"numSpeculativeTokens {k} exceeds the draft's n_predict {n_predict} and must then be a multiple of it (vLLM reuses the {n_predict} prediction heads)")]
+    if method.fixed_k is not None and k != method.fixed_k:
+        # extract_hidden_states: its speculator's __init__ (v1/worker/gpu/spec_decode/extract_hidden_states.py)
+        # raises at start-up; the config check passes.
+        return k, [error("k-fixed-by-method", K_FIELD, f"method {method.name} runs with numSpeculativeTokens {method.fixed_k} only, got {k}: "
+                                                       f"the pod would fail at start-up", Stage.LOAD)]
     return k, []
 
 
 def _auto_k(spec: SpeculativeDeploymentSpec, n_predict: int | None, option_k: int | None,
             k_in_force: int | None) -> tuple[int, list[Finding]]:
     method = spec.draft.speculative_method
+    if method.fixed_k is not None:
+        return method.fixed_k, [info("k-auto", K_FIELD, f"numSpeculativeTokens auto: {method.name} runs with k {method.fixed_k} only")]
     if k_in_force is not None and not _refused_by_n_predict(method, n_predict, k_in_force):
         return k_in_force, [info("k-auto", K_FIELD, f"numSpeculativeTokens auto: k {k_in_force}, chosen from the measured acceptance (status.speculation)")]
     if option_k is not None:

@@ -9,9 +9,12 @@ enum and prose are generated from it: `make crd`).
 
 Sources, per field: vllm/config/speculative.py (SpeculativeConfig.__post_init__, use_eagle(),
 _verify_args), v1/worker/gpu/spec_decode/<method>/ (how the draft is loaded and proposes), in
-0.32.0 and 0.33.0 alike. Not in the table: `custom_class` (a Python class in the image: only a
-preflight of that image can judge it) and `extract_hidden_states` (proposes no tokens: it feeds
-a KV connector with the target's hidden states)."""
+0.32.0 and 0.33.0 alike.
+
+A name the table does not know is not refused here: from 0.34.0 a vLLM plugin in the image may
+register it (`register_speculative_method`). `method_named` gives it `unlisted_method`, a record
+that plans generically and conservatively; whether the release may take it at all is the
+release's (`VllmFacts.plugin_methods`, judged in validation/rules.py)."""
 
 from __future__ import annotations
 
@@ -83,6 +86,23 @@ class Method:
     adaptive_verification_needs_draft_logits: bool = True
     # A package the image must carry for this method (None: vLLM's own code).
     needs_package: str | None = None
+    # What the method runs is code in the image that no rule here can read (a class the draft
+    # model names, a plugin's speculator): only a preflight of that image can judge it.
+    judged_only_in_image: bool = False
+    # draft.model names a Python class (a dotted import path), not a checkpoint to read.
+    model_names_class: bool = False
+    # Proposes draft tokens (0.34.0 SpeculatorConfig.proposes_draft_tokens): a method that does
+    # not (extract_hidden_states) cannot speed decoding up, whatever its acceptance counters say.
+    proposes_tokens: bool = True
+    # The one k vLLM runs the method with (None: any k from 1).
+    fixed_k: int | None = None
+    # Keys vLLM's speculator reads from the target's config.json with no default.
+    target_config_keys: tuple[str, ...] = ()
+    # Caches the target's hidden states in a cache-only layer (models/extract_hidden_states.py).
+    keeps_hidden_state_cache: bool = False
+    # SpeculativeConfig options the method's speculator takes at one value only; it raises at
+    # start-up (on the GPU's model runner) for any other.
+    fixed_options: tuple[tuple[str, Any], ...] = ()
 
     def k_source_name(self) -> str:
         """The field k defaults from, for messages."""
@@ -116,6 +136,19 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            forces_draft_model_type=True),
     Method("mlp_speculator", "an MLPSpeculator", "required", keeps_draft_kv_cache=False,
            draft_model_type="mlp_speculator", draft_tp_defaults_to_one=True),
+    # 0.32.0/0.33.0 __post_init__: `model` names a proposer class by its dotted import path
+    # (_is_custom_proposer_path); vLLM imports it at start-up. 0.34.0 dropped it for plugins.
+    Method("custom_class", "a proposer class of the image, named by draft.model as a dotted import path", "required",
+           keeps_draft_kv_cache=False, k_source="none", judged_only_in_image=True, model_names_class=True),
+    # __post_init__ builds the draft config from the target's (ExtractHiddenStatesConfig); its
+    # speculator (v1/worker/gpu/spec_decode/extract_hidden_states.py, 0.34.0 also
+    # extract_hidden_states_config.py proposes_draft_tokens=False) caches the target's hidden
+    # states for a KV connector, requires k 1, greedy draft sampling and the target config's
+    # eagle_aux_hidden_state_layer_ids (planning/memory.py counts its hidden-state cache).
+    Method("extract_hidden_states", "no drafting: caches the target's hidden states for a KV connector", "none",
+           keeps_draft_kv_cache=False, k_source="none", proposes_tokens=False, fixed_k=1,
+           target_config_keys=("eagle_aux_hidden_state_layer_ids",), keeps_hidden_state_cache=True,
+           fixed_options=(("draft_sample_method", "greedy"),)),
     Method("suffix", "suffix decoding over the prompts and outputs seen", "none", keeps_draft_kv_cache=False,
            drafting="lookup", k_source="option", k_option="suffix_decoding_max_tree_depth",
            option_ranges=(("suffix_decoding_max_tree_depth", 1, None), ("suffix_decoding_max_cached_requests", 0, None),
@@ -139,19 +172,38 @@ def aliases() -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+def plugin_releases() -> tuple[str, ...]:
+    """The supported releases whose plugins may register methods (`VllmFacts.plugin_methods`)."""
+    return tuple(version for version in SUPPORTED_VERSIONS if rule_set(version).plugin_methods)
+
+
 def accepted_names() -> tuple[str, ...]:
     """What `draft.method` may say: the methods, then their aliases."""
     return tuple(METHODS) + tuple(aliases())
 
 
+def is_listed(name: str) -> bool:
+    """The table knows this name, as a method or an alias."""
+    return name in METHODS or name in aliases()
+
+
+@lru_cache(maxsize=64)
+def unlisted_method(name: str) -> Method:
+    """A method the table does not know (a plugin's): planned as the most a draft may cost — a
+    draft model optional, built at the target's TP, with a KV cache of its own, k given."""
+    return Method(name, "a method a plugin in the image registers", "optional", k_source="none",
+                  judged_only_in_image=True)
+
+
 def method_named(name: str) -> Method:
-    """The record for a method or one of its aliases (KeyError for a name no release accepts)."""
-    return METHODS[aliases().get(name, name)]
+    """The record for a method or one of its aliases; `unlisted_method` for any other name."""
+    canonical = aliases().get(name, name)
+    return METHODS[canonical] if canonical in METHODS else unlisted_method(name)
 
 
 def drafting(name: str | None) -> Drafting | None:
-    """How a method drafts (None for no method or a name no supported release accepts)."""
-    return method_named(name).drafting if name in accepted_names() else None
+    """How a method drafts (None for no method or a name the table does not know)."""
+    return method_named(name).drafting if name is not None and is_listed(name) else None
 
 
 def methods_where(with_aliases: bool = True, **wanted: Any) -> tuple[str, ...]:
