@@ -48,7 +48,9 @@ class _Zygote:
 
     def __init__(self, env: dict[str, str], cwd: str) -> None:
         self.env, self.cwd = env, cwd
-        self.log = Path(tempfile.mkstemp(prefix="specdeploy-zygote-", suffix=".log")[1])
+        descriptor, log = tempfile.mkstemp(prefix="specdeploy-zygote-", suffix=".log")
+        os.close(descriptor)
+        self.log = Path(log)
         with self.log.open("wb") as sink:
             self.proc = subprocess.Popen([sys.executable, str(ZYGOTE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=sink, env=env, cwd=cwd)

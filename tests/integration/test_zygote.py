@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from . import operator_process
-from .conftest import ROOT, eventually
+from .conftest import HANG_GUARD_S, ROOT, eventually
 
 PROBE = "tests.integration.zygote_probe"
 
@@ -33,7 +33,7 @@ async def _facts(log: Path) -> dict[str, Any]:
 
 
 async def _ended(process: Any) -> int:
-    return int(await asyncio.to_thread(process.wait, 60))
+    return int(await asyncio.to_thread(process.wait, HANG_GUARD_S))
 
 
 @pytest.mark.parametrize("hub_offline", ["1", "0"])
