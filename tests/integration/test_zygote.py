@@ -1,7 +1,7 @@
 """The zygote's child is the process a fresh `python -m` start makes (zygote.py says why):
 a probe (zygote_probe.py) run both ways reports the same argv, environment (including what a
-module read at import time), cwd, sys.path[0], signal dispositions and mask, threads and
-stdio, and ends with the same status and output on exit, SIGTERM and SIGINT."""
+module read at import time), cwd, sys.path[0], signal dispositions and mask, threads, stdio
+and open descriptors, and ends with the same status and output on exit, SIGTERM and SIGINT."""
 
 from __future__ import annotations
 

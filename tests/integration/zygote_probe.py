@@ -21,6 +21,7 @@ def _facts() -> dict[str, object]:
         "signals": {s.name: repr(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE, signal.SIGHUP)},
         "blocked": sorted(s.name for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         "stdio": [os.path.realpath(f"/proc/self/fd/{fd}") for fd in (0, 1, 2)], "stdout_buffered": not sys.stdout.line_buffering,
+        "open_descriptors": len(os.listdir("/proc/self/fd")),  # none of the zygote's own (its pipes, pidfds)
         "hf_hub_offline": huggingface_hub.constants.HF_HUB_OFFLINE,  # read at import time
     }
 
