@@ -68,6 +68,34 @@ def _module_source_path(module_name: str) -> Path | None:
     return Path(spec.origin) if spec and spec.origin else None
 
 
+def _imported_from(tree: ast.Module, module_name: str) -> dict[str, str]:
+    """Local name -> the module it is imported from (`from X import name`), in `module_name`."""
+    imports: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            base = node.module
+            if node.level:  # relative import inside vllm.model_executor.models
+                pkg = module_name.rsplit(".", node.level)[0]
+                base = f"{pkg}.{node.module}" if node.module else pkg
+            for alias in node.names:
+                imports[alias.asname or alias.name] = base
+    return imports
+
+
+def _sets_supports_pp(class_node: ast.ClassDef) -> bool:
+    """Whether the class body says `supports_pp = True` (annotated or not)."""
+    for stmt in class_node.body:
+        if (
+            isinstance(stmt, (ast.Assign, ast.AnnAssign))
+            and isinstance(getattr(stmt, "value", None), ast.Constant)
+            and stmt.value.value is True
+        ):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if any(isinstance(t, ast.Name) and t.id == "supports_pp" for t in targets):
+                return True
+    return False
+
+
 def _ast_supports_pp(module_name: str, class_name: str, seen: set[tuple[str, str]]) -> bool:
     """Does `class_name` in `module_name` derive from SupportsPP (or set supports_pp = True)?
 
@@ -79,27 +107,12 @@ def _ast_supports_pp(module_name: str, class_name: str, seen: set[tuple[str, str
     if path is None:
         return False
     tree = ast.parse(path.read_text())
-    imports: dict[str, str] = {}  # local name -> module it comes from
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module is not None:
-            base = node.module
-            if node.level:  # relative import inside vllm.model_executor.models
-                pkg = module_name.rsplit(".", node.level)[0]
-                base = f"{pkg}.{node.module}" if node.module else pkg
-            for alias in node.names:
-                imports[alias.asname or alias.name] = base
+    imports = _imported_from(tree, module_name)
     for node in tree.body:
         if not (isinstance(node, ast.ClassDef) and node.name == class_name):
             continue
-        for stmt in node.body:
-            if (
-                isinstance(stmt, (ast.Assign, ast.AnnAssign))
-                and isinstance(getattr(stmt, "value", None), ast.Constant)
-                and stmt.value.value is True
-            ):
-                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-                if any(isinstance(t, ast.Name) and t.id == "supports_pp" for t in targets):
-                    return True
+        if _sets_supports_pp(node):
+            return True
         for base in node.bases:
             name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
             if name is None:

@@ -494,83 +494,85 @@ def _configmap_docs(doc: dict[str, Any]) -> list[dict[str, Any]]:
              "data": {m["key"]: m["text"]}} for m in maps]
 
 
+TEXT_HOSTILITIES = ["alias-bomb", "alias-ok", "merge", "python-tag", "binary", "set", "custom-tag", "timestamp", "int-key",
+                    "complex-key", "dupkey", "bom", "tabs", "flow", "crlf", "nul", "long-doc", "deep-flow", "deep-block",
+                    "directive", "omap", "end-marker", "bad-indent", "anchor-self", "octal", "sexagesimal", "null-key",
+                    "bool-key", "float-key", "empty-docs", "huge-line"]
+# Hostilities that are one more key under `spec:`.
+_UNDER_SPEC = {
+    "python-tag": "  x: !!python/object/apply:os.system ['true']\n",
+    "binary": "  image: !!binary aGVsbG8=\n",
+    "set": "  replicas: !!set {a, b}\n",
+    "custom-tag": "  replicas: !Ref 5\n",
+    "timestamp": "  image: 2001-12-14t21:59:43.10-05:00\n",
+    "int-key": "  5: x\n",
+    "complex-key": "  ? [a, b]\n  : x\n",
+    "null-key": "  ~: x\n",
+    "bool-key": "  yes: x\n",
+    "float-key": "  1.5: x\n",
+    "dupkey": "  replicas: 1\n  replicas: 2\n",
+    "omap": "  scheduling: !!omap [a: 1, b: 2]\n",
+    "octal": "  replicas: 0o17\n",
+    "sexagesimal": "  replicas: 1:30\n",
+}
+
+
+def _alias_bomb(text: str) -> str:
+    bomb = 'a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]\n' + "".join(
+        f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9))
+    return text.replace("spec:\n", "spec:\n  bomb:\n" + "".join("    " + line + "\n" for line in bomb.splitlines()), 1)
+
+
+def _flow(text: str) -> str:
+    try:
+        return json.dumps(yaml.safe_load(text))
+    except Exception:  # noqa: BLE001 - the text is already broken: keep it
+        return text
+
+
+# Hostilities that rewrite the text otherwise.
+_REWRITES: dict[str, Callable[[str], str]] = {
+    "alias-bomb": _alias_bomb,
+    "alias-ok": lambda text: text.replace("spec:\n", "x-shared: &shared {product: H100}\nspec:\n", 1).replace("product: H200-141GB", "<<: *shared"),
+    "merge": lambda text: "base: &base\n  method: eagle3\n" + text.replace("draft:\n", "draft:\n    <<: *base\n", 1),
+    "bom": lambda text: "\ufeff" + text,
+    "tabs": lambda text: text.replace("  ", "\t", 3),
+    "flow": _flow,
+    "crlf": lambda text: text.replace("\n", "\r\n"),
+    "nul": lambda text: text.replace("spec:", "spec:\x00", 1),
+    "long-doc": lambda text: text.replace("spec:\n", "spec:\n  pad: " + "x" * (300 * 1024) + "\n", 1),
+    "huge-line": lambda text: text + "\n# " + "y" * (2 * 2**20) + "\n",
+    "directive": lambda text: "%YAML 1.1\n%TAG ! tag:x,2000:\n---\n" + text,
+    "end-marker": lambda text: text + "...\n--- \n...\n",
+    "bad-indent": lambda text: text.replace("\n  ", "\n   ", 1),
+    "anchor-self": lambda text: text.replace("spec:\n", "spec: &s\n  self: *s\n", 1),
+    "empty-docs": lambda text: "---\n---\n~\n---\n" + text + "---\n",
+}
+
+
+def _deep_flow(text: str, rng: random.Random) -> tuple[str, int]:
+    depth = rng.choice([65, 500, 5000, 50000])
+    return text.replace("spec:\n", "spec:\n  x: " + "[" * depth + "]" * depth + "\n", 1), depth
+
+
+def _deep_block(text: str, rng: random.Random) -> tuple[str, int]:
+    depth = rng.choice([65, 300])
+    body = "".join("  " * (i + 1) + f"k{i}:\n" for i in range(depth)) + "  " * (depth + 1) + "v: 1\n"
+    return text.replace("spec:\n", "spec:\n  deep:\n" + "".join("  " + line + "\n" for line in body.splitlines()), 1), depth
+
+
+_DEEP = {"deep-flow": _deep_flow, "deep-block": _deep_block}
+
+
 def text_transform(text: str, rng: random.Random) -> tuple[str, str]:
-    """YAML-level hostility applied to a document's text."""
-    how = rng.choice(["alias-bomb", "alias-ok", "merge", "python-tag", "binary", "set", "custom-tag", "timestamp", "int-key",
-                      "complex-key", "dupkey", "bom", "tabs", "flow", "crlf", "nul", "long-doc", "deep-flow", "deep-block",
-                      "directive", "omap", "end-marker", "bad-indent", "anchor-self", "octal", "sexagesimal", "null-key",
-                      "bool-key", "float-key", "empty-docs", "huge-line"])
-    if how == "alias-bomb":
-        bomb = 'a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]\n' + "".join(
-            f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9))
-        return text.replace("spec:\n", "spec:\n  bomb:\n" + "".join("    " + line + "\n" for line in bomb.splitlines()), 1), how
-    if how == "alias-ok":
-        return text.replace("spec:\n", "x-shared: &shared {product: H100}\nspec:\n", 1).replace("product: H200-141GB", "<<: *shared"), how
-    if how == "merge":
-        return "base: &base\n  method: eagle3\n" + text.replace("draft:\n", "draft:\n    <<: *base\n", 1), how
-    if how == "python-tag":
-        return text.replace("spec:\n", "spec:\n  x: !!python/object/apply:os.system ['true']\n", 1), how
-    if how == "binary":
-        return text.replace("spec:\n", "spec:\n  image: !!binary aGVsbG8=\n", 1), how
-    if how == "set":
-        return text.replace("spec:\n", "spec:\n  replicas: !!set {a, b}\n", 1), how
-    if how == "custom-tag":
-        return text.replace("spec:\n", "spec:\n  replicas: !Ref 5\n", 1), how
-    if how == "timestamp":
-        return text.replace("spec:\n", "spec:\n  image: 2001-12-14t21:59:43.10-05:00\n", 1), how
-    if how == "int-key":
-        return text.replace("spec:\n", "spec:\n  5: x\n", 1), how
-    if how == "complex-key":
-        return text.replace("spec:\n", "spec:\n  ? [a, b]\n  : x\n", 1), how
-    if how == "null-key":
-        return text.replace("spec:\n", "spec:\n  ~: x\n", 1), how
-    if how == "bool-key":
-        return text.replace("spec:\n", "spec:\n  yes: x\n", 1), how
-    if how == "float-key":
-        return text.replace("spec:\n", "spec:\n  1.5: x\n", 1), how
-    if how == "dupkey":
-        return text.replace("spec:\n", "spec:\n  replicas: 1\n  replicas: 2\n", 1), how
-    if how == "bom":
-        return "\ufeff" + text, how
-    if how == "tabs":
-        return text.replace("  ", "\t", 3), how
-    if how == "flow":
-        try:
-            return json.dumps(yaml.safe_load(text)), how
-        except Exception:  # noqa: BLE001 - the text is already broken: keep it
-            return text, how
-    if how == "crlf":
-        return text.replace("\n", "\r\n"), how
-    if how == "nul":
-        return text.replace("spec:", "spec:\x00", 1), how
-    if how == "long-doc":
-        return text.replace("spec:\n", "spec:\n  pad: " + "x" * (300 * 1024) + "\n", 1), how
-    if how == "huge-line":
-        return text + "\n# " + "y" * (2 * 2**20) + "\n", how
-    if how == "deep-flow":
-        depth = rng.choice([65, 500, 5000, 50000])
-        return text.replace("spec:\n", "spec:\n  x: " + "[" * depth + "]" * depth + "\n", 1), f"{how}-{depth}"
-    if how == "deep-block":
-        depth = rng.choice([65, 300])
-        body = "".join("  " * (i + 1) + f"k{i}:\n" for i in range(depth)) + "  " * (depth + 1) + "v: 1\n"
-        return text.replace("spec:\n", "spec:\n  deep:\n" + "".join("  " + line + "\n" for line in body.splitlines()), 1), f"{how}-{depth}"
-    if how == "directive":
-        return "%YAML 1.1\n%TAG ! tag:x,2000:\n---\n" + text, how
-    if how == "omap":
-        return text.replace("spec:\n", "spec:\n  scheduling: !!omap [a: 1, b: 2]\n", 1), how
-    if how == "end-marker":
-        return text + "...\n--- \n...\n", how
-    if how == "bad-indent":
-        return text.replace("\n  ", "\n   ", 1), how
-    if how == "anchor-self":
-        return text.replace("spec:\n", "spec: &s\n  self: *s\n", 1), how
-    if how == "octal":
-        return text.replace("spec:\n", "spec:\n  replicas: 0o17\n", 1), how
-    if how == "sexagesimal":
-        return text.replace("spec:\n", "spec:\n  replicas: 1:30\n", 1), how
-    if how == "empty-docs":
-        return "---\n---\n~\n---\n" + text + "---\n", how
-    return text, how
+    """YAML-level hostility applied to a document's text: (the text, which one)."""
+    how = rng.choice(TEXT_HOSTILITIES)
+    if how in _UNDER_SPEC:
+        return text.replace("spec:\n", "spec:\n" + _UNDER_SPEC[how], 1), how
+    if how in _DEEP:
+        text, depth = _DEEP[how](text, rng)
+        return text, f"{how}-{depth}"
+    return _REWRITES[how](text), how
 
 
 def stream_of(docs: list[dict[str, Any]], rng: random.Random) -> tuple[str, str]:

@@ -1,32 +1,34 @@
 """The operator process exactly as the chart's Deployment runs it: `specdeploy run` with the
 container's rendered args and env (`helm template`), the pod's fieldRefs filled in, and only the
-ports moved to free ones (two replicas share this machine's loopback). Signals are real."""
+ports moved to free ones (two replicas share this machine's loopback). Signals are real. Each
+pod is forked from a zygote that has the operator imported (operator_process.py, zygote.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
 import os
-import time
 import signal
 import socket
 import ssl
 import subprocess
-import sys
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
+
+from . import operator_process
+from .conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specdeploy"
 RELEASE, NAMESPACE = "sd", "ns1"
 # A short lease keeps the tests quick; the chart's default is leader.LEASE_DURATION.
-START_S = 90  # how long an operator process may take to start (imports) on a busy machine
 # The emulator has no kubelet to run a preflight Job: chart-run operators are rendered with the
 # chart's own switch off (test_preflight.py runs the Job with its kubelet double, kubelet.py).
 NO_KUBELET = "preflight.enabled=false"
@@ -76,14 +78,13 @@ class ChartPod:
     log_dir: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
+    proc: operator_process.OperatorProcess | None = None
 
     def start(self) -> "ChartPod":
         self.ports = {p["name"]: free_port() for p in self.container.get("ports", [])}
         args = [self._moved(a) for a in self.container["args"]]
-        log = open(self.log_dir / f"{self.name}.log", "w") if self.log_dir else subprocess.DEVNULL
-        self.proc = subprocess.Popen([sys.executable, "-m", "specdeploy.cli", "run", *args], env=self._env(),
-                                     stdout=log, stderr=subprocess.STDOUT)
+        log = self.log_dir / f"{self.name}.log" if self.log_dir else None
+        self.proc = operator_process.start(["run", *args], env=self._env(), log=log)
         return self
 
     def _moved(self, arg: str) -> str:
@@ -120,11 +121,13 @@ class ChartPod:
         waits on a busy process must not stall the API server the operators renew against."""
         return await asyncio.to_thread(self.probe, which)
 
-    async def until_probe(self, which: str, status: int = 200, *, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while (last := await self.probed(which)) != status:
-            assert time.monotonic() < deadline, f"{self.name}: {which} answered {last}, not {status}"
-            await asyncio.sleep(0.1)
+    async def until_probe(self, which: str, status: int = 200) -> None:
+        """Probe until it answers `status`; AssertionError after HANG_GUARD_S (a hang)."""
+        def answered() -> bool | int:
+            last = self.probe(which)
+            return True if last == status else last
+
+        await until_off_loop(answered, f"{self.name}: {which} answering {status}")
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None
@@ -133,7 +136,17 @@ class ChartPod:
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(30)
+            self.proc.wait(HANG_GUARD_S)
+
+
+async def until_off_loop(check: Callable[[], Any], what: str) -> None:
+    """Wait until a blocking `check` (a probe, a handshake) returns True, calling it in a thread:
+    the emulator serves from this loop. AssertionError after HANG_GUARD_S (a hang, not a verdict);
+    a value other than True is the last answer, shown then."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while (last := await asyncio.to_thread(check)) is not True:
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: last={last!r}"
+        await asyncio.sleep(0.1)
 
 
 def http_get(port: int, path: str, *, timeout: float = 5) -> int:

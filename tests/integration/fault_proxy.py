@@ -45,6 +45,7 @@ class Rule:
     delay: float = 0.0
     times: int | None = None  # None: until removed
     hits: int = 0
+    hit_at: list[float] = field(default_factory=list)  # time.monotonic() of each hit
 
     def matches(self, method: str, path: str) -> bool:
         return method == self.method and bool(self.path.search(path)) and (self.times is None or self.hits < self.times)
@@ -123,6 +124,7 @@ class FaultProxy:
         rule = next((r for r in self.rules if r.matches(method, path)), None)
         if rule is not None:
             rule.hits += 1
+            rule.hit_at.append(time.monotonic())
             if rule.delay:
                 await asyncio.sleep(rule.delay)
             if rule.status is not None:

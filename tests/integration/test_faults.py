@@ -8,21 +8,22 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 
+from specdeploy.api.spec import API_GROUP
+from specdeploy.controller.diffbase import DigestDiffBaseStorage
+from specdeploy.controller.main import backoff
 from specdeploy.demo import write_kubeconfig
 
-from .conftest import DEPLOYMENT, PDB, SERVICE, Cluster, Operator, created, eventually, example, with_identity
+from . import operator_process
+from .conftest import DEPLOYMENT, HANG_GUARD_S, PDB, SERVICE, Cluster, Operator, created, eventually, example, with_identity
 from .fault_proxy import FaultProxy, start_proxy
 
-ROOT = Path(__file__).resolve().parents[2]
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
 NAME = LLAMA["metadata"]["name"]
 DEPLOYMENTS = r"/apis/apps/v1/namespaces/ns1/deployments$"
@@ -49,20 +50,35 @@ async def faulty(proxied: FaultProxy, emulator: Any) -> Any:
     await op.stop()
 
 
+def _watches(proxy: FaultProxy) -> int:
+    return sum(1 for method, path, _ in proxy.log if method == "GET" and "watch=true" in path)
+
+
+def _handled(cluster: Cluster, name: str) -> bool:
+    """kopf has recorded the CR's current spec as handled (controller/diffbase.py, as main.py
+    configures it), its last write once the handler succeeded, and no retry is pending."""
+    body = kopf.Body(cluster.sd(name))
+    storage = DigestDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
+    pending = any(key.startswith(f"{API_GROUP}/reconcile") for key in body.metadata.annotations)
+    return bool(storage.fetch(body=body)) and not pending
+
+
 def _children(cluster: Cluster) -> bool:
     return all(cluster.exists(r, n) for r, n in ((DEPLOYMENT, NAME), (SERVICE, f"{NAME}-api"), (PDB, NAME)))
 
 
 async def test_a_403_stalls_with_slow_retries_and_converges_once_rbac_is_fixed(faulty: FaultProxy, cluster: Cluster) -> None:
-    faulty.inject("POST", DEPLOYMENTS, 403)
+    refused = faulty.inject("POST", DEPLOYMENTS, 403)
     await cluster.create(with_identity(LLAMA, "uid-403"))
     await eventually(lambda: cluster.condition(NAME, "Stalled").get("status") == "True", what="Stalled=True")
     assert cluster.condition(NAME, "Progressing")["reason"] == "ApplyFailed"
     assert "RBAC" in cluster.condition(NAME, "Stalled")["message"]
     assert cluster.condition(NAME, "Ready")["status"] == "False"
     assert not cluster.exists(SERVICE, f"{NAME}-api")  # nothing half-created past the refusal
-    await asyncio.sleep(2.0)
-    assert faulty.count("POST", DEPLOYMENTS) <= 4, "403 retried in a hot loop"
+    # Retried slowly, not in a hot loop: the retry waited out the "slow" backoff (a busy machine
+    # can only lengthen the wait).
+    await eventually(lambda: len(refused.hit_at) >= 2, what="a retry of the refused create")
+    assert refused.hit_at[1] - refused.hit_at[0] >= backoff("slow", 0), "403 retried in a hot loop"
     faulty.clear()
     await eventually(lambda: _children(cluster), what="children once the 403 is gone")
     await eventually(lambda: cluster.condition(NAME, "Stalled").get("status") == "False", what="Stalled=False")
@@ -90,8 +106,9 @@ async def test_5xx_409_429_and_timeouts_are_retried_until_converged(faulty: Faul
     await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 2, what="the edit's status")
     assert faulty.count("PATCH", STATUS, 429) == 2
     assert cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 4
-    # Settled (after kopf's own bookkeeping of the retries): nothing more is written.
-    await asyncio.sleep(1.0)
+    # Settled: once kopf's own bookkeeping of the retries is written, nothing more is. A write
+    # after it could only come later: the wait can miss one, never invent one.
+    await eventually(lambda: _handled(cluster, name), what="kopf's bookkeeping of the edit")
     mark = len(faulty.log)
     await asyncio.sleep(1.0)
     assert [e for e in faulty.log[mark:] if e[0] in ("POST", "PATCH", "DELETE") and "/events" not in e[1]] == []
@@ -99,30 +116,26 @@ async def test_5xx_409_429_and_timeouts_are_retried_until_converged(faulty: Faul
 
 async def test_a_dropped_watch_is_reopened_and_the_next_edit_applied(faulty: FaultProxy, cluster: Cluster) -> None:
     name = await created(cluster, LLAMA, "uid-watch")
-    assert await faulty.drop_watches() >= 3
-    await asyncio.sleep(0.5)
+    opened = _watches(faulty)
+    dropped = await faulty.drop_watches()
+    assert dropped >= 3
+    await eventually(lambda: _watches(faulty) >= opened + dropped, what="the watches reopened")
     await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": 5}}, generation=2)
     await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 2, what="the edit after the drop")
     assert cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == 5
 
 
-def _operator_process(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "specdeploy.cli", "run", "--namespace", "ns1"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 async def test_sigkill_mid_reconcile_then_restart_leaves_one_set_of_children(proxied: FaultProxy, cluster: Cluster) -> None:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'operator'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     hold = proxied.inject("POST", SERVICES, delay=60)  # the Deployment is created, the Service hangs
-    process = _operator_process(env)
+    process = operator_process.start(["run", "--namespace", "ns1"], env=operator_process.shipped_env())
     try:
         await cluster.create(with_identity(LLAMA, "uid-kill"))
         await eventually(lambda: hold.hits >= 1, what="the reconcile in the middle")
         assert cluster.exists(DEPLOYMENT, NAME) and not cluster.exists(SERVICE, f"{NAME}-api")
         process.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(process.wait, 10)
+        assert await asyncio.to_thread(process.wait, HANG_GUARD_S) == -signal.SIGKILL
         proxied.clear()
-        process = _operator_process(env)
+        process = operator_process.start(["run", "--namespace", "ns1"], env=operator_process.shipped_env())
         await eventually(lambda: _children(cluster), what="the children after the restart")
         await eventually(lambda: cluster.condition(NAME, "Planned").get("status") == "True", what="Planned=True")
         assert cluster.sd(NAME)["status"]["workload"] == f"Deployment/{NAME}"
@@ -130,7 +143,7 @@ async def test_sigkill_mid_reconcile_then_restart_leaves_one_set_of_children(pro
             assert cluster.get(resource, child)["metadata"]["ownerReferences"][0]["uid"] == "uid-kill"
     finally:
         process.kill()
-        await asyncio.to_thread(process.wait, 10)
+        await asyncio.to_thread(process.wait, HANG_GUARD_S)
 
 
 CONFIG_MAPS = r"/api/v1/namespaces/ns1/configmaps/[^/]+$"
@@ -182,7 +195,8 @@ async def test_a_configmap_read_that_hangs_keeps_the_last_good_config(faulty: Fa
         return [e for e in cluster.events() if e.get("reason") == "ConfigRefreshRetrying"]
 
     await eventually(retrying, what="the ConfigRefreshRetrying Event")  # posted after the handler
-    await asyncio.sleep(1.5)  # a few retries while it still hangs
+    hits = hang.hits
+    await eventually(lambda: hang.hits >= hits + 2, what="two more retries while it still hangs")
     assert len(retrying()) == 1, retrying()
 
     faulty.clear()

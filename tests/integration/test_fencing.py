@@ -21,8 +21,8 @@ import pytest
 from specdeploy.controller.leader import FENCED_EXIT
 from specdeploy.demo import write_kubeconfig
 
-from .chart_process import NO_KUBELET, START_S, ChartPod, deployment_container, lease_holder, render
-from .conftest import Cluster, eventually, example, with_identity
+from .chart_process import NO_KUBELET, ChartPod, deployment_container, lease_holder, render
+from .conftest import HANG_GUARD_S, Cluster, eventually, example, with_identity
 from .fault_proxy import PARTITIONS, FaultProxy, Write, start_proxy
 
 LLAMA = example("llama-3.1-8b-eagle3.yaml")
@@ -77,20 +77,20 @@ def _strings(node: Any) -> list[str]:
 async def test_a_cut_off_leader_stops_writing_before_the_standby_starts(emulator: Any, cluster: Cluster,
                                                                        behind_proxies: Any, mode: str) -> None:
     a, proxy_a = await behind_proxies("a")
-    await eventually(lambda: lease_holder(cluster).startswith("a-"), timeout=START_S, what="a holds the Lease")
+    await eventually(lambda: lease_holder(cluster).startswith("a-"), what="a holds the Lease")
     b, proxy_b = await behind_proxies("b")
-    await b.until_probe("readinessProbe", timeout=START_S)
+    await b.until_probe("readinessProbe")
     await cluster.create(with_identity(LLAMA, f"uid-{mode}"))
-    await eventually(lambda: cluster.condition(NAME, "Planned").get("status") == "True", timeout=START_S, what="Planned by a")
+    await eventually(lambda: cluster.condition(NAME, "Planned").get("status") == "True", what="Planned by a")
 
     await proxy_a.partition(mode)
     assert a.proc is not None
-    assert await asyncio.to_thread(a.proc.wait, START_S) == FENCED_EXIT
-    await eventually(lambda: lease_holder(cluster).startswith("b-"), timeout=START_S, what="b takes the Lease")
+    assert await asyncio.to_thread(a.proc.wait, HANG_GUARD_S) == FENCED_EXIT
+    await eventually(lambda: lease_holder(cluster).startswith("b-"), what="b takes the Lease")
     await cluster.patch_spec(NAME, {"draft": {"numSpeculativeTokens": 5}}, generation=2)
-    await eventually(lambda: cluster.sd(NAME)["status"].get("observedGeneration") == 2, timeout=START_S, what="b reconciles")
+    await eventually(lambda: cluster.sd(NAME)["status"].get("observedGeneration") == 2, what="b reconciles")
     proxy_a.heal()  # a blackhole's held requests would go through now
-    await eventually(lambda: proxy_a.held == 0, timeout=START_S, what="a's held requests delivered or dropped")
+    await eventually(lambda: proxy_a.held == 0, what="a's held requests delivered or dropped")
 
     old, new = _succeeded(proxy_a), _succeeded(proxy_b)
     assert old and new

@@ -1,35 +1,27 @@
 """`specdeploy run --log-format json`, as shipped (its own process) against the emulator: every
 line it writes is a JSON object, at INFO by default, and the lines about a CR name it. The
-flag wins over $SPECDEPLOY_LOG_FORMAT (the chart's logFormat). About 20 s (one operator start)."""
+flag wins over $SPECDEPLOY_LOG_FORMAT (the chart's logFormat)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from .conftest import DEPLOYMENT, NS, ROOT, Cluster, created, eventually, example
+from . import operator_process
+from .conftest import DEPLOYMENT, HANG_GUARD_S, NS, Cluster, created, eventually, example
 
 
-def _operator(log: Path, *flags: str, env_format: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "SPECDEPLOY_LOG_FORMAT": env_format,
-           "PYTHONPATH": f"{ROOT / 'operator'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    with log.open("wb") as sink:
-        return subprocess.Popen([sys.executable, "-m", "specdeploy.cli", "run", "--namespace", NS, *flags],
-                                env=env, stdout=sink, stderr=subprocess.STDOUT)
+def _operator(log: Path, *flags: str, env_format: str) -> operator_process.OperatorProcess:
+    env = operator_process.shipped_env(SPECDEPLOY_LOG_FORMAT=env_format)
+    return operator_process.start(["run", "--namespace", NS, *flags], env=env, log=log)
 
 
-async def _stop(process: subprocess.Popen[bytes]) -> None:
+async def _stop(process: operator_process.OperatorProcess) -> None:
+    """SIGTERM, as the kubelet stops it: the log ends as the shipped process ends it."""
     process.terminate()
-    try:
-        await asyncio.to_thread(process.wait, 15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        await asyncio.to_thread(process.wait, 5)
+    assert await asyncio.to_thread(process.wait, HANG_GUARD_S) == 0
 
 
 async def test_log_format_json_writes_one_json_object_per_line(emulator: Any, cluster: Cluster, tmp_path: Path) -> None:

@@ -75,9 +75,10 @@ async def test_prune_spares_objects_we_do_not_own(operator: Operator, cluster: C
                "spec": {"replicas": 1}}
     response = await cluster.k.post(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets", json=foreign)
     assert response.status in (200, 201)
+    done = reconciles_finished()
     name = await created(cluster, LLAMA, "uid-foreign")
     await eventually(lambda: cluster.exists(PDB, name), what="children")
-    await asyncio.sleep(0.3)
+    await eventually(lambda: reconciles_finished() > done, what="the reconcile that prunes")
     assert cluster.exists(LWS, name) and cluster.exists(DEPLOYMENT, name)
 
 

@@ -70,12 +70,12 @@ async def test_hostile_metrics_peers_cost_their_own_scrape_and_nothing_more(
         other["metadata"]["name"] = "healthy"
         await _serving(cluster, other, "uid-healthy", healthy_port, bystander=False)
 
-        await eventually(lambda: all(peers[m].requests >= 2 for m in ("big", "stream", "slow", "nan")), timeout=30,
+        await eventually(lambda: all(peers[m].requests >= 2 for m in ("big", "stream", "slow", "nan")),
                          what="two scrapes of every hostile pod")
         await eventually(lambda: healthy.requests >= 1, what="a first scrape of the healthy CR")
         healthy.step(drafts=400, accepted_lengths=[100, 100, 100])
         hostile_good.step(drafts=400, accepted_lengths=[100, 100, 100])
-        await eventually(lambda: _speculation(cluster, "healthy").get("drafts") == 400, timeout=30, what="the healthy CR's telemetry")
+        await eventually(lambda: _speculation(cluster, "healthy").get("drafts") == 400, what="the healthy CR's telemetry")
         assert not peers["slow"].stop.is_set()  # ...while the slow body still trickles
 
         assert _rss_kib("VmHWM") < _chart_memory_limit_kib(), (baseline, _rss_kib("VmHWM"))
@@ -83,7 +83,7 @@ async def test_hostile_metrics_peers_cost_their_own_scrape_and_nothing_more(
         # The 1 GiB stream and the 100 MiB body are cut off near the limit, never read whole.
         limit, scrapes = MAX_BYTES.get_int(), peers["stream"].requests
         assert limit <= peers["stream"].sent < scrapes * (limit + 16 * MiB), (peers["stream"].sent, scrapes)
-        await eventually(lambda: _speculation(cluster, name).get("drafts") == 400, timeout=30, what="the hostile CR's good pod counted")
+        await eventually(lambda: _speculation(cluster, name).get("drafts") == 400, what="the hostile CR's good pod counted")
 
     reasons = {s["pod"]: s["reason"] for s in _speculation(cluster, name).get("skippedPods") or []}
     assert "over the limit" in reasons[f"{name}-stream"] and "over the limit" in reasons[f"{name}-big"]

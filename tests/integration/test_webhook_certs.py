@@ -10,22 +10,13 @@ import base64
 import os
 import socket
 import ssl
-import time
 from pathlib import Path
 from typing import Any
 
-from .chart_process import NO_KUBELET, START_S, ChartPod, deployment_container, render, self_signed
+from .chart_process import NO_KUBELET, ChartPod, deployment_container, render, self_signed, until_off_loop
 from .conftest import eventually
 
 VALUES = ("replicas=1", "watchNamespaces={ns1}", "webhook.enabled=true", "webhook.certManager.enabled=true", NO_KUBELET)
-
-
-async def _off_loop(check: Any, what: str) -> None:
-    """Wait for a blocking check in a thread: the emulator serves from this loop."""
-    deadline = time.monotonic() + START_S
-    while not await asyncio.to_thread(check):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 def _served(port: int) -> bytes | None:
@@ -56,14 +47,14 @@ async def test_the_certificate_is_awaited_then_reloaded_when_renewed(emulator: A
     pod = ChartPod("solo", deployment_container(render(*VALUES)), Path(os.environ["KUBECONFIG"]), tls_dir=volume,
                    log_dir=tmp_path, extra_env={"SPECDEPLOY_WEBHOOK_CERT_CHECK_S": "0.2"}).start()
     try:
-        await pod.until_probe("livenessProbe", timeout=START_S)
+        await pod.until_probe("livenessProbe")
         # Not Ready until its webhook listens: the Service sends admissions only where one answers.
         assert await pod.probed("readinessProbe") == 503 and await asyncio.to_thread(_served, pod.ports["webhook"]) is None
         _install(first, volume)
-        await _off_loop(lambda: _served(pod.ports["webhook"]) == _on_disk(first), "the first served")
-        await pod.until_probe("readinessProbe", timeout=START_S)
+        await until_off_loop(lambda: _served(pod.ports["webhook"]) == _on_disk(first), "the first served")
+        await pod.until_probe("readinessProbe")
         _install(renewed, volume)
-        await _off_loop(lambda: _served(pod.ports["webhook"]) == _on_disk(renewed), "the renewal served")
+        await until_off_loop(lambda: _served(pod.ports["webhook"]) == _on_disk(renewed), "the renewal served")
         assert pod.proc is not None and pod.proc.poll() is None  # the same process: no restart
     finally:
         await asyncio.to_thread(pod.kill)
@@ -85,17 +76,17 @@ async def test_without_cert_manager_the_leader_keeps_the_certificate_and_the_ca_
     pod = ChartPod("solo", container, Path(os.environ["KUBECONFIG"]), tls_dir=volume, log_dir=tmp_path,
                    extra_env={"SPECDEPLOY_WEBHOOK_CERT_CHECK_S": "0.2"}).start()
     try:
-        secret = await eventually(lambda: cluster.get("v1/secrets", env["SPECDEPLOY_WEBHOOK_SECRET"]), timeout=START_S,
+        secret = await eventually(lambda: cluster.get("v1/secrets", env["SPECDEPLOY_WEBHOOK_SECRET"]),
                                   what="the Secret issued")
         name = configuration["metadata"]["name"]
         ca_bundle = await eventually(
             lambda: emulator.objects["admissionregistration.k8s.io/v1/validatingwebhookconfigurations", None, name]
-            .raw["webhooks"][0]["clientConfig"].get("caBundle"), timeout=START_S, what="the caBundle set")
+            .raw["webhooks"][0]["clientConfig"].get("caBundle"), what="the caBundle set")
         for key in ("tls.crt", "tls.key"):  # the kubelet's part
             (volume / key).write_bytes(base64.b64decode(secret["data"][key]))
         trusted = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
         host = f"{env['SPECDEPLOY_WEBHOOK_SERVICE']}.ns1.svc"
-        await _off_loop(lambda: _handshake(pod.ports["webhook"], trusted, host), "a trusted handshake")
+        await until_off_loop(lambda: _handshake(pod.ports["webhook"], trusted, host), "a trusted handshake")
     finally:
         await asyncio.to_thread(pod.kill)
 
@@ -104,5 +95,5 @@ def _handshake(port: int, context: ssl.SSLContext, host: str) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, context.wrap_socket(raw, server_hostname=host):
             return True
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, TimeoutError):  # not listening yet, or too busy to answer: try again
         return False

@@ -59,36 +59,14 @@ def _cross_field_findings(spec: SpeculativeDeploymentSpec, k: int | None, models
         findings = _speculator_option_findings(method.name, config, models, facts)
     else:
         findings = _exclusive_option_findings(method, config, facts)
-
-    def refuse(code: str, key: str, message: str) -> None:
-        findings.append(error(code, f"{FIELD}.{key}", message))
-
-    if config.get("use_heterogeneous_vocab") and "use_heterogeneous_vocab" in facts.speculative_fields:
-        if config.get("draft_sample_method", "greedy") != "greedy":
-            refuse("speculative-config-combination", "use_heterogeneous_vocab", "use_heterogeneous_vocab supports only draft_sample_method greedy")
-        if logic.heterogeneous_vocab_excludes_local_argmax and config.get("use_local_argmax_reduction"):
-            refuse("speculative-config-combination", "use_heterogeneous_vocab",
-                   f"vLLM {facts.version}: use_heterogeneous_vocab is not compatible with use_local_argmax_reduction (token-level intersection needs the full draft logits)")
-    if method.adaptive_verification_needs_draft_logits and config.get("enable_adaptive_verification") and config.get("use_local_argmax_reduction"):
-        refuse("speculative-config-combination", "enable_adaptive_verification",
-               "enable_adaptive_verification needs the draft logits that use_local_argmax_reduction never materializes; disable one")
-    synthetic = [key for key in ("synthetic_acceptance_rates", "synthetic_acceptance_length") if config.get(key) is not None]
-    sampler = config.get("rejection_sample_method", "standard")
-    if sampler == "synthetic":
-        if len(synthetic) != 1:
-            refuse("speculative-config-combination", "rejection_sample_method",
-                   "rejection_sample_method synthetic needs exactly one of synthetic_acceptance_rates or synthetic_acceptance_length")
-    elif synthetic:
-        refuse("speculative-config-combination", synthetic[0], f"{synthetic[0]} is only valid with rejection_sample_method synthetic")
-    if logic.fly_rejection_sampler and sampler == "fly":
-        findings += _fly_findings(method, k, config)
+    findings += _draft_logits_findings(method, config, facts) + _rejection_sampler_findings(method, config, k, facts)
     if (config.get("draft_lm_head_quantization") is not None and "draft_lm_head_quantization" in facts.speculative_fields
             and not logic.options_checked_per_speculator):
         excluded_mtp = (method.target_mtp_layers and models is not None and models.target.mtp is not None
                         and models.target.mtp.model_type in logic.draft_lm_head_quantization_excluded_mtp)
         if method.name not in logic.draft_lm_head_quantization_methods or excluded_mtp:
-            refuse("speculative-config-method", "draft_lm_head_quantization",
-                   f"draft_lm_head_quantization is not supported for method {method.name!r} (only {', '.join(sorted(logic.draft_lm_head_quantization_methods))}, whose drafts share the target's lm_head)")
+            findings.append(error("speculative-config-method", f"{FIELD}.draft_lm_head_quantization",
+                                  f"draft_lm_head_quantization is not supported for method {method.name!r} (only {', '.join(sorted(logic.draft_lm_head_quantization_methods))}, whose drafts share the target's lm_head)"))
     topc = config.get("xpress_topc")
     if topc is not None and "xpress_topc" in facts.speculative_fields and models is not None:
         findings += _xpress_topc_findings(topc, method.name, models, facts)
@@ -114,6 +92,40 @@ def _fly_findings(method: Method, k: int | None, config: dict[str, Any]) -> list
         return refuse("fly_window_size", f"FLy requires fly_window_size ({window}) to be smaller than numSpeculativeTokens ({k})")
     return []
 
+
+def _draft_logits_findings(method: Method, config: dict[str, Any], facts: VllmFacts) -> list[Finding]:
+    """Options that need the draft's full logits: use_heterogeneous_vocab (greedy drafting only,
+    and per release not with use_local_argmax_reduction) and enable_adaptive_verification."""
+    findings, logic = [], facts.logic
+    if config.get("use_heterogeneous_vocab") and "use_heterogeneous_vocab" in facts.speculative_fields:
+        if config.get("draft_sample_method", "greedy") != "greedy":
+            findings.append(error("speculative-config-combination", f"{FIELD}.use_heterogeneous_vocab",
+                                  "use_heterogeneous_vocab supports only draft_sample_method greedy"))
+        if logic.heterogeneous_vocab_excludes_local_argmax and config.get("use_local_argmax_reduction"):
+            findings.append(error("speculative-config-combination", f"{FIELD}.use_heterogeneous_vocab",
+                                  f"vLLM {facts.version}: use_heterogeneous_vocab is not compatible with use_local_argmax_reduction (token-level intersection needs the full draft logits)"))
+    if method.adaptive_verification_needs_draft_logits and config.get("enable_adaptive_verification") and config.get("use_local_argmax_reduction"):
+        findings.append(error("speculative-config-combination", f"{FIELD}.enable_adaptive_verification",
+                              "enable_adaptive_verification needs the draft logits that use_local_argmax_reduction never materializes; disable one"))
+    return findings
+
+
+def _rejection_sampler_findings(method: Method, config: dict[str, Any], k: int | None, facts: VllmFacts) -> list[Finding]:
+    """rejection_sample_method: synthetic takes exactly one synthetic_acceptance_* option (and
+    those options need it); FLy, where the release has it, is `_fly_findings`."""
+    findings: list[Finding] = []
+    synthetic = [key for key in ("synthetic_acceptance_rates", "synthetic_acceptance_length") if config.get(key) is not None]
+    sampler = config.get("rejection_sample_method", "standard")
+    if sampler == "synthetic":
+        if len(synthetic) != 1:
+            findings.append(error("speculative-config-combination", f"{FIELD}.rejection_sample_method",
+                                  "rejection_sample_method synthetic needs exactly one of synthetic_acceptance_rates or synthetic_acceptance_length"))
+    elif synthetic:
+        findings.append(error("speculative-config-combination", f"{FIELD}.{synthetic[0]}",
+                              f"{synthetic[0]} is only valid with rejection_sample_method synthetic"))
+    if facts.logic.fly_rejection_sampler and sampler == "fly":
+        findings += _fly_findings(method, k, config)
+    return findings
 
 def _release_option_findings(method: str, config: dict[str, Any], models: Models | None, facts: VllmFacts) -> list[Finding]:
     """Options whose rules came with a release: parallel_drafting (_verify_args: only the methods
