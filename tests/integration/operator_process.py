@@ -43,6 +43,15 @@ COPIES_KEPT = {
 }
 
 
+def container_signals() -> None:
+    """Signal dispositions as a container runtime starts a process: all at their defaults. A
+    shell's background job (make under nohup, a CI runner's step) inherits SIGINT and SIGQUIT
+    ignored, and Python keeps an ignored SIGINT ignored: the operator would then survive the
+    SIGINT a fresh container process dies of. Popen's `preexec_fn`."""
+    for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+
+
 class _Zygote:
     """One zygote process, started with one environment, and what it reported."""
 
@@ -53,7 +62,7 @@ class _Zygote:
         self.log = Path(log)
         with self.log.open("wb") as sink:
             self.proc = subprocess.Popen([sys.executable, str(ZYGOTE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=sink, env=env, cwd=cwd)
+                                         stderr=sink, env=env, cwd=cwd, preexec_fn=container_signals)
         self.ready: dict[str, Any] | None = None
         self.failure = ""
         self.pids: dict[int, int | str] = {}  # request id -> pid, or why there is none

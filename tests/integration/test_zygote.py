@@ -24,7 +24,7 @@ PROBE = "tests.integration.zygote_probe"
 def _fresh(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as sink:
         return subprocess.Popen([sys.executable, "-m", PROBE, *args], env=env, stdin=subprocess.DEVNULL, stdout=sink,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, preexec_fn=operator_process.container_signals)
 
 
 async def _facts(log: Path) -> dict[str, Any]:
