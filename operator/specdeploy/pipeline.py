@@ -99,8 +99,12 @@ def evaluate(
 
 def _layout_rules(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> LayoutRules:
     """vLLM's rules for one layout, as the planner asks them: the pair's (validation.rules)
-    and what fails when vLLM builds the target and the draft at that TP (validation.load)."""
+    and what fails when vLLM builds the target and the draft at that TP (validation.load) —
+    only for a layout its config check accepts: vLLM builds nothing it has refused."""
     def rules(tp: int, draft_tp: int | None, pp: int) -> list[Finding]:
-        return check_layout(spec, models, tp, draft_tp, pp, facts) + check_load_layout(spec, models, tp, draft_tp)
+        config = check_layout(spec, models, tp, draft_tp, pp, facts)
+        if any(finding.severity == "error" for finding in config):
+            return config
+        return config + check_load_layout(spec, models, tp, draft_tp)
 
     return rules

@@ -235,12 +235,13 @@ def layout_findings(spec: SpeculativeDeploymentSpec, models: Models, rules: Layo
     """vLLM's layout rules alone (no memory, no plan), for a pair that already failed: so that a
     user sees every reason at once, e.g. a draft vocab mismatch and a TP the heads refuse."""
     sized = _Sized(models, 0, 0, "")
-    blocking: list[Finding] = []
+    blocking: list[Finding] | None = None
     for tp, pp in _candidate_layouts(spec, models.target):
-        _, layout, blocking = _try_layout(spec, sized, tp, pp, None, 0, rules)
+        _, layout, refused = _try_layout(spec, sized, tp, pp, None, 0, rules)
         if layout is not None:
             return list(layout.findings)
-    return [f for f in blocking if f.stage in (Stage.PAIR, Stage.LOAD)]
+        blocking = refused if blocking is None else blocking
+    return [f for f in blocking or [] if f.stage in (Stage.PAIR, Stage.LOAD)]
 
 
 def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_in: ModelInputs,
@@ -258,10 +259,13 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
     max_model_len = spec.serving.max_model_len or target.derived_max_model_len
     candidates: list[Candidate] = []
     chosen: _Layout | None = None
-    blocking: list[Finding] = []
+    # When every layout fails, the preferred one's reasons stand for the rest (the user's TP at PP 1
+    # before the PP the search adds to it).
+    blocking: list[Finding] | None = None
     for tp, pp in _candidate_layouts(spec, target):
-        candidate, layout, blocking = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, rules, k, facts)
+        candidate, layout, refused = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, rules, k, facts)
         candidates.append(candidate)
+        blocking = refused if blocking is None else blocking
         if layout is not None:
             chosen = layout
             break
@@ -277,7 +281,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
             findings.append(error("no-layout", "spec.parallelism",
                                   f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6]),
                                   Stage.PLAN))
-        return None, findings + blocking
+        return None, findings + (blocking or [])
     plan = Plan(
         method=spec.draft.speculative_method.name,
         num_speculative_tokens=k,
