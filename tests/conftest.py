@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,13 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 MODEL_CONFIGS = FIXTURES / "model-configs"
 SYNTHETIC = FIXTURES / "synthetic"
+# vLLM caches what it learns of a model class under VLLM_CACHE_ROOT (registry.py modelinfos/,
+# one file per class, not per release), shared by every vLLM on the machine: whether 0.32.0 could
+# inspect Llama-4 then depended on which release's run wrote the file last (torchvision is not in
+# the CPU stack). Each session gets its own, so a verdict depends on the installed vLLM alone.
+os.environ["VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="specdeploy-vllm-cache-")
+atexit.register(shutil.rmtree, os.environ["VLLM_CACHE_ROOT"], ignore_errors=True)
+
 # vLLM's CPU build venv, standing for an image's vLLM in the core venv's preflight tests.
 VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
 # `make test` sets it once the venv is built: a missing venv then fails those tests, never skips them.
