@@ -103,7 +103,7 @@ def _layout_rules(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFa
     only for a layout its config check accepts: vLLM builds nothing it has refused."""
     def rules(tp: int, draft_tp: int | None, pp: int) -> list[Finding]:
         config = check_layout(spec, models, tp, draft_tp, pp, facts)
-        if any(finding.severity == "error" for finding in config):
+        if has_errors(config):
             return config
         return config + check_load_layout(spec, models, tp, draft_tp)
 

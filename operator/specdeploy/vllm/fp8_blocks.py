@@ -35,6 +35,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from specdeploy.vllm.tp_splits import config_int, experts_and_width
+
 MIN_REFINED_BLOCK = 32  # fused_moe/oracle/fp8.py refine_fp8_moe_block_shape: `if refine < 32: return None`
 _LINEAR = ("model_executor/layers/quantization/fp8.py Fp8LinearMethod.create_weights -> "
            "quantization/utils/fp8_utils.py validate_fp8_block_shape")
@@ -65,8 +67,7 @@ def fp8_block_size(quantization: Mapping[str, Any]) -> tuple[int, int] | None:
 
 
 def _int(config: Mapping[str, Any], *keys: str) -> int:
-    value = next((config[k] for k in keys if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), 0)
-    return int(value)
+    return config_int(config, keys) or 0
 
 
 def _attention_widths(config: Mapping[str, Any], layers: tuple[int, ...]) -> list[SplitWidth]:
@@ -96,7 +97,7 @@ def _dense_layers(config: Mapping[str, Any], experts: int) -> tuple[int, ...]:
 
 def split_widths(config: Mapping[str, Any]) -> list[SplitWidth]:
     """The TP-split weights of a decoder whose layers vLLM builds from these keys."""
-    experts = _int(config, "n_routed_experts", "num_experts", "num_local_experts")
+    experts, width = experts_and_width(config)
     every = tuple(range(_int(config, "num_hidden_layers")))
     dense = _dense_layers(config, experts)
     out = _attention_widths(config, every)
@@ -104,7 +105,6 @@ def split_widths(config: Mapping[str, Any]) -> list[SplitWidth]:
         out.append(SplitWidth("mlp.down_proj", _int(config, "intermediate_size"), "row", dense))
     sparse = tuple(i for i in every if i not in dense)
     if experts and sparse:
-        width = _int(config, "moe_intermediate_size" if "moe_intermediate_size" in config else "intermediate_size")
         out.append(SplitWidth("mlp.experts", width, "experts", sparse))
         shared = width * _int(config, "n_shared_experts") or _int(config, "shared_expert_intermediate_size")
         if shared:

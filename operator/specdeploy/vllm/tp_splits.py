@@ -46,7 +46,8 @@ class TpSplit:
     heads_default: int | None = None
 
 
-def _first(section: Mapping[str, Any], keys: tuple[str, ...], default: int | None) -> int | None:
+def config_int(section: Mapping[str, Any], keys: tuple[str, ...], default: int | None = None) -> int | None:
+    """The first of `keys` the config holds as an integer (a bool is not one), else `default`."""
     value = next((section[k] for k in keys if isinstance(section.get(k), int) and not isinstance(section.get(k), bool)), None)
     return default if value is None else value
 
@@ -152,14 +153,19 @@ def expert_parallel(extra_args: tuple[str, ...] | list[str]) -> bool:
     return bool(flags) and flags[-1] in EXPERT_PARALLEL_FLAGS
 
 
+def experts_and_width(config: Mapping[str, Any]) -> tuple[int, int]:
+    """How many routed experts the LLM config has and each one's width: its own key where the
+    config has one (a list there, per layer, is not read), else intermediate_size; 0 when absent."""
+    width_key = "moe_intermediate_size" if "moe_intermediate_size" in config else "intermediate_size"
+    return config_int(config, _EXPERT_KEYS) or 0, config_int(config, (width_key,)) or 0
+
+
 def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
     """Every FusedMoE layer splits its experts' width over TP unless expert parallel is on
     (specdeploy never enables it; see expert_parallel) and asserts it splits whole, whatever the
     architecture or quantization. Built on the meta device: a Qwen3-MoE with 1100-wide experts
     builds at TP 4 and fails at TP 8 with an AssertionError."""
-    experts = _first(config, _EXPERT_KEYS, None)
-    # the experts' own key where the config has one (a list there, per layer, is not read here)
-    width = _first(config, ("moe_intermediate_size",) if "moe_intermediate_size" in config else ("intermediate_size",), None)
+    experts, width = experts_and_width(config)
     if not experts or not width or width % tp == 0:
         return []
     return [f"mlp.experts: the experts' width {width} is not divisible by TP {tp} ({_EXPERT_WIDTH})"]
@@ -182,10 +188,10 @@ def gated_delta_net_failures(architectures: tuple[str, ...], config: Mapping[str
     TP. Built on the meta device: Qwen3.6-27B (16 key heads of 128) with a tower and a vocabulary
     TP 12 splits fails at TP 12 ("10240 is not divisible by 12"); Qwen3.5-122B's 16 key heads
     at TP 32 build (2048 / 32 is whole)."""
-    value_heads = _first(config, ("linear_num_value_heads",), None)
+    value_heads = config_int(config, ("linear_num_value_heads",), None)
     if value_heads is None or not QWEN_GDN_ARCHITECTURES & set(architectures):
         return []
-    key_width = (_first(config, ("linear_num_key_heads",), 0) or 0) * (_first(config, ("linear_key_head_dim",), 0) or 0)
+    key_width = (config_int(config, ("linear_num_key_heads",), 0) or 0) * (config_int(config, ("linear_key_head_dim",), 0) or 0)
     out = []
     if key_width % tp:
         out.append(f"linear_attn (GatedDeltaNet): the key width {key_width} is not divisible by TP {tp} ({_GDN})")
@@ -218,11 +224,11 @@ def tp_split_failures(architectures: tuple[str, ...], config: Mapping[str, Any],
     out = []
     for rule in TP_SPLITS.get(arch, ()) if arch else ():
         section = sections.get(rule.section, {}) if rule.section else config
-        size = _first(section, rule.size_keys, rule.default)
+        size = config_int(section, rule.size_keys, rule.default)
         if size is None:
             continue
         if rule.tp_only_when_heads_divide:
-            heads = _first(section, rule.tp_only_when_heads_divide, rule.heads_default)
+            heads = config_int(section, rule.tp_only_when_heads_divide, rule.heads_default)
             if heads is None or heads % tp:
                 continue  # the tower runs data parallel, unsplit
         if size % tp:
