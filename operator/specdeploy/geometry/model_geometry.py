@@ -264,27 +264,52 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
     except ValueError as exc:
         return None, [error("config-rejected", field_prefix, str(exc))]
     text = text_config_of(config)
-    findings: list[Finding] = []
+    counts, findings = _required_counts(config, text, field_prefix)
+    if findings:
+        return None, findings
+    attention = _attention_shape(config, text, counts, facts)
+    if attention.num_kv_heads <= 0 and not attention.attention_free:
+        return None, [error("config-missing-field", f"{field_prefix}.num_key_value_heads",
+                            f"num_key_value_heads is {attention.num_kv_heads}; it must be a positive integer "
+                            f"(at most num_attention_heads {counts['num_attention_heads']})")]
+    return _geometry(wrapper, config, text, counts, attention, facts), []
+
+
+def _required_counts(config: Any, text: Any, field_prefix: str) -> tuple[dict[str, int], list[Finding]]:
+    """Heads, layers and vocabulary: without them vLLM cannot build the model (0 heads and
+    layers only for attention-free configs)."""
     attention_free = _get(config, "model_type") in ATTENTION_FREE_MODEL_TYPES
     required = {"num_attention_heads": 0 if attention_free else _first(text, ("num_attention_heads", "n_head", "num_heads", "n_heads")),
                 "num_hidden_layers": _first(text, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"), 0 if attention_free else None),
                 "vocab_size": _get(text, "vocab_size") or _get(config, "vocab_size")}
-    for key, value in required.items():
-        if not isinstance(value, int) or value < 0 or (value == 0 and not (attention_free and key != "vocab_size")):
-            findings.append(error("config-missing-field", f"{field_prefix}.{key}",
-                                  f"config.json has no usable {key} (got {value!r}); it must be a positive integer"))
-    if findings:
-        return None, findings
+    findings = [error("config-missing-field", f"{field_prefix}.{key}",
+                      f"config.json has no usable {key} (got {value!r}); it must be a positive integer")
+                for key, value in required.items()
+                if not isinstance(value, int) or value < 0 or (value == 0 and not (attention_free and key != "vocab_size"))]
+    return ({key: int(value) for key, value in required.items()} if not findings else {}), findings
 
-    heads = int(required["num_attention_heads"])
-    layers = int(required["num_hidden_layers"])
+
+@dataclass(frozen=True)
+class _AttentionShape:
+    """How one attention layer is laid out, as vLLM's arch-config convertor derives it."""
+
+    attention_free: bool
+    text_model_type: str
+    uses_mla: bool
+    head_dim: int
+    head_size: int
+    num_kv_heads: int
+
+
+def _attention_shape(config: Any, text: Any, counts: dict[str, int], facts: VllmFacts) -> _AttentionShape:
+    heads = counts["num_attention_heads"]
     model_type = str(_get(config, "model_type") or "")
+    attention_free = model_type in ATTENTION_FREE_MODEL_TYPES
     text_model_type = str(_get(text, "model_type") or model_type)
     hidden = int(_first(text, ("hidden_size", "n_embd", "d_model", "emb_dim"), 0) or 0)
     kv_lora = _get(text, "kv_lora_rank")
     # vLLM decides MLA by model_type + kv_lora_rank (`is_deepseek_mla`), never by hidden/heads.
     uses_mla = facts.is_mla_model_type(text_model_type) and kv_lora is not None
-    rope = _get(text, "qk_rope_head_dim")
     explicit_head_dim = _get(text, "head_dim")
     if explicit_head_dim is not None and explicit_head_dim > 0:
         head_dim = int(explicit_head_dim)
@@ -294,53 +319,51 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         head_dim = hidden // heads if heads else 0
     if attention_free:
         head_dim = 0
-    head_size = int(kv_lora) + int(rope or 0) if uses_mla else head_dim
-    kv_heads = _total_kv_heads(text, text_model_type, heads)
-    if kv_heads <= 0 and not attention_free:
-        return None, [error("config-missing-field", f"{field_prefix}.num_key_value_heads",
-                            f"num_key_value_heads is {kv_heads}; it must be a positive integer (at most num_attention_heads {heads})")]
+    head_size = int(kv_lora) + int(_get(text, "qk_rope_head_dim") or 0) if uses_mla else head_dim
+    return _AttentionShape(attention_free=attention_free, text_model_type=text_model_type, uses_mla=uses_mla,
+                           head_dim=head_dim, head_size=head_size,
+                           num_kv_heads=_total_kv_heads(text, text_model_type, heads))
 
+
+def _geometry(wrapper: str | None, config: Any, text: Any, counts: dict[str, int], attention: _AttentionShape,
+              facts: VllmFacts) -> Geometry:
+    layers = counts["num_hidden_layers"]
+    hidden = int(_first(text, ("hidden_size", "n_embd", "d_model", "emb_dim"), 0) or 0)
     linear = _get(text, "linear_attn_config") or {}
-    full_attn_layers = linear.get("full_attn_layers") if isinstance(linear, dict) else None
-    kv_cache_layers = len(full_attn_layers) if full_attn_layers else layers
+    linear = linear if isinstance(linear, dict) else {}
+    kv_cache_layers = len(linear["full_attn_layers"]) if linear.get("full_attn_layers") else layers
     experts = _first(text, _EXPERT_KEYS, 0) or 0
-    if isinstance(experts, list):
-        experts = experts[0]
     quantization = _quantization(config, text)
-    bits = _weight_bits(quantization)
-    # A speculators checkpoint's proposal count is not a default vLLM applies to a draft
-    # (SpeculativeConfig reads only hf_config.n_predict), so it is not read here either.
-    n_predict = _get(config, "n_predict")
-    # DSpark's default k: block_size or dspark_block_size only (vllm/config/speculative.py);
-    # a dflash_config.block_size is not read by vLLM for that.
-    block_size = _get(config, "block_size") or _get(config, "dspark_block_size")
-
-    geometry = Geometry(
-        model_type=wrapper or model_type,
-        text_model_type=text_model_type,
-        architectures=_architectures(config, text, model_type),
+    return Geometry(
+        model_type=wrapper or str(_get(config, "model_type") or ""),
+        text_model_type=attention.text_model_type,
+        architectures=_architectures(config, text, str(_get(config, "model_type") or "")),
         hidden_size=hidden,
-        num_attention_heads=heads,
-        num_kv_heads=kv_heads,
-        head_size=head_size,
-        head_dim=head_dim,
-        uses_mla=uses_mla,
+        num_attention_heads=counts["num_attention_heads"],
+        num_kv_heads=attention.num_kv_heads,
+        head_size=attention.head_size,
+        head_dim=attention.head_dim,
+        uses_mla=attention.uses_mla,
         num_layers=layers,
         num_kv_cache_layers=kv_cache_layers,
         num_state_layers=layers - kv_cache_layers,
-        vocab_size=int(required["vocab_size"]),
+        vocab_size=counts["vocab_size"],
         draft_vocab_size=_get(config, "draft_vocab_size"),
-        num_experts=int(experts),
+        num_experts=int(experts[0] if isinstance(experts, list) else experts),
         dtype=_dtype(config, text),
-        weight_bits=bits,
+        weight_bits=_weight_bits(quantization),
         derived_max_model_len=derived_max_model_len(config, text),
-        block_size=block_size,
-        n_predict=n_predict,
+        # DSpark's default k: block_size or dspark_block_size only (vllm/config/speculative.py);
+        # a dflash_config.block_size is not read by vLLM for that.
+        block_size=_get(config, "block_size") or _get(config, "dspark_block_size"),
+        # A speculators checkpoint's proposal count is not a default vLLM applies to a draft
+        # (SpeculativeConfig reads only hf_config.n_predict), so it is not read here either.
+        n_predict=_get(config, "n_predict"),
         mtp=mtp_module(config, text, facts),
-        kv_lora_rank=kv_lora,
+        kv_lora_rank=_get(text, "kv_lora_rank"),
         q_lora_rank=_get(text, "q_lora_rank"),
         qk_nope_head_dim=_get(text, "qk_nope_head_dim"),
-        qk_rope_head_dim=rope,
+        qk_rope_head_dim=_get(text, "qk_rope_head_dim"),
         v_head_dim=_get(text, "v_head_dim"),
         intermediate_size=int(_get(text, "intermediate_size") or 0),
         moe_intermediate_size=int(_get(text, "moe_intermediate_size") or _get(text, "intermediate_size") or 0),
@@ -348,14 +371,13 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         num_shared_experts=int(_first(text, ("num_shared_experts", "n_shared_experts"), 0) or 0),
         num_experts_per_token=_experts_per_token(text),
         first_dense_layers=int(_get(text, "first_k_dense_replace") or 0),
-        linear_attn_heads=int(linear.get("num_heads", 0)) if isinstance(linear, dict) else 0,
-        linear_attn_head_dim=int(linear.get("head_dim", 0)) if isinstance(linear, dict) else 0,
+        linear_attn_heads=int(linear.get("num_heads", 0)),
+        linear_attn_head_dim=int(linear.get("head_dim", 0)),
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
         text_config=text.to_dict() if isinstance(text, PretrainedConfig) else dict(text),
         vision_config=_as_dict(_get(config, "vision_config")),
         quantization=quantization or {},
     )
-    return geometry, []
 
 
 def _as_dict(section: Any) -> dict[str, Any]:
