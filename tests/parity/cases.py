@@ -230,6 +230,9 @@ LOAD_SPLIT_CASES: tuple[tuple[str, str | None, str, tuple[int, ...], int | None]
     ("deepseek-ai__DeepSeek-V3", None, "mtp", (16, 32), None),  # dense down_proj 18432/32 = 576
     ("Qwen__Qwen3-235B-A22B", "fp8-qwen3-32b", "draft_model", (8, 16), 1),  # the FP8 draft split at the target's TP
     ("moe-width-1100", None, "ngram", (4, 8), None),  # FusedMoEConfig asserts 1100 % 8
+    ("moe-4-experts", None, "ngram", (4, 8), None),  # Qwen3MoeSparseMoeBlock: TP 8 > 4 experts
+    ("Qwen__Qwen3-32B", "moe-4-experts", "draft_model", (4, 8), 1),  # the same, as a draft at the target's TP
+    ("ernie-4.5-moe-8-experts", None, "ngram", (8, 16), None),  # Ernie4_5_MoeMoE: TP 16 > 8 moe_num_experts
     ("vl-qwen2.5-vl-3b", None, "ngram", (4, 8), None),  # vision MLP 3420 % 8
     ("vl-glm-4.5v", None, "ngram", (4, 8), None),  # vision heads 12 % 8
     ("vl-gemma-3-27b", None, "ngram", (16, 32), None),  # SigLIP heads 16 % 32

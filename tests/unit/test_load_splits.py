@@ -88,6 +88,42 @@ def test_experts_whose_width_tp_does_not_split_fail_whatever_the_quantization(tp
         assert "1100 is not divisible by TP 8" in message and "FusedMoEConfig" in message
 
 
+@pytest.mark.parametrize("name, tp, builds", [
+    ("moe-4-experts", 4, True), ("moe-4-experts", 8, False),
+    ("ernie-4.5-moe-8-experts", 8, True), ("ernie-4.5-moe-8-experts", 16, False)])
+def test_moe_blocks_that_refuse_more_ranks_than_experts(name: str, tp: int, builds: bool) -> None:
+    """Qwen3MoeSparseMoeBlock and Ernie4_5_MoeMoE raise "Tensor parallel size N is greater than
+    the number of experts M" while vLLM builds them; the count is read under the config's own
+    name (moe_num_experts) or transformers' (num_local_experts for Qwen3-MoE's num_experts)."""
+    evaluation = _alone(load_config(name), tp)
+    assert evaluation.ok == builds
+    if not builds:
+        [message] = _load_errors(evaluation)
+        assert f"TP {tp} is greater than its {tp // 2} routed experts" in message and "MoE" in message
+
+
+def test_expert_parallel_does_not_save_a_draft_with_fewer_experts_than_ranks() -> None:
+    """The MoE block compares the TP size, not the experts' TP size: a 4-expert draft at the
+    target's TP 8 fails with --enable-expert-parallel too, as the draft's own finding."""
+    evaluation = judge("Qwen__Qwen3-32B", "moe-4-experts", "draft_model", tp=8, draft_tp=1, k=3,
+                       vllm={"extraArgs": ["--enable-expert-parallel"]})
+    [message] = _load_errors(evaluation, "draft-load-fails")
+    assert "for the draft" in message and "TP 8 is greater than its 4 routed experts" in message
+    assert not _load_errors(evaluation)
+
+
+def test_a_list_of_expert_counts_is_judged_by_its_largest() -> None:
+    """ERNIE-4.5-VL writes moe_num_experts per modality; Ernie4_5_VLMoeMoE compares the TP with
+    max(moe_num_experts)."""
+    from specdeploy.vllm.tp_splits import expert_count_failures
+
+    arch = ("Ernie4_5_VLMoeForConditionalGeneration",)
+    assert expert_count_failures(arch, {"moe_num_experts": [8, 16]}, 16) == []
+    [message] = expert_count_failures(arch, {"moe_num_experts": [8, 16]}, 32)
+    assert "TP 32 is greater than its 16 routed experts" in message
+    assert expert_count_failures(("MixtralForCausalLM",), {"num_local_experts": 8}, 16) == []
+
+
 @pytest.mark.parametrize("heads, tp, builds", [(16, 16, True), (12, 4, True), (12, 8, False)])
 def test_kimi_vls_moonvit_splits_its_heads_at_any_tp(heads: int, tp: int, builds: bool) -> None:
     """Kimi-VL builds moonvit.py's tower, which has no data-parallel fallback by heads (unlike

@@ -24,12 +24,11 @@ from specdeploy.geometry.speculators import is_speculators_config, speculators_s
 from specdeploy.findings import Finding, error
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.drafts import EAGLE_FORMAT_MODEL_TYPE
-from specdeploy.vllm.hf_config import config_value as _get, first_value as _first
+from specdeploy.vllm.hf_config import EXPERT_COUNT_KEYS, config_value as _get, first_value as _first
 from specdeploy.vllm.methods import METHODS
 from specdeploy.vllm.mtp import MtpModule, mtp_module
 
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
-_EXPERT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
 _EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_topk", "moe_top_k")
 
 
@@ -332,7 +331,7 @@ def _geometry(wrapper: str | None, config: Any, text: Any, counts: dict[str, int
     linear = _get(text, "linear_attn_config") or {}
     linear = linear if isinstance(linear, dict) else {}
     kv_cache_layers = len(linear["full_attn_layers"]) if linear.get("full_attn_layers") else layers
-    experts = _first(text, _EXPERT_KEYS, 0) or 0
+    experts = _first(text, EXPERT_COUNT_KEYS, 0) or 0
     quantization = _quantization(config, text)
     return Geometry(
         model_type=wrapper or str(_get(config, "model_type") or ""),

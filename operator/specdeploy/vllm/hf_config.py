@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# Where a config states its routed experts' count, in the order vLLM's convertor reads them
+# (model_arch_config_convertor.py get_num_experts; Ernie and Step write moe_num_experts).
+EXPERT_COUNT_KEYS = ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts")
+
 
 def config_value(obj: Any, key: str, default: Any = None) -> Any:
     """`obj.key` or `obj[key]`; `default` when absent or null (configs write null for "unset")."""

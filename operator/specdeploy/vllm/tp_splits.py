@@ -23,12 +23,15 @@ at TP 8 ("12 is not divisible by 8"), Qwen2.5-VL-3B at TP 8 (its 3420-wide MLP),
 TP 32, Mistral-Small-3.1 at TP 32, a Kimi-VL tower of 12 heads at TP 8; each builds at the
 TP below. Generic to every model: the experts' width, the padded vocabulary
 and GatedDeltaNet's key width and value heads (expert_width_failures, vocab_failures,
-gated_delta_net_failures)."""
+gated_delta_net_failures); and the MoE blocks that refuse more ranks than experts
+(expert_count_failures)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
+
+from specdeploy.vllm.hf_config import EXPERT_COUNT_KEYS
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,6 @@ TP_SPLITS: dict[str, tuple[TpSplit, ...]] = {
 }
 
 
-_EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 _EXPERT_WIDTH = ("model_executor/layers/fused_moe/config.py FusedMoEConfig.__post_init__ "
                  "(assert intermediate_size % tp_size == 0)")
 
@@ -157,7 +159,7 @@ def experts_and_width(config: Mapping[str, Any]) -> tuple[int, int]:
     """How many routed experts the LLM config has and each one's width: its own key where the
     config has one (a list there, per layer, is not read), else intermediate_size; 0 when absent."""
     width_key = "moe_intermediate_size" if "moe_intermediate_size" in config else "intermediate_size"
-    return config_int(config, _EXPERT_KEYS) or 0, config_int(config, (width_key,)) or 0
+    return config_int(config, EXPERT_COUNT_KEYS) or 0, config_int(config, (width_key,)) or 0
 
 
 def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
@@ -169,6 +171,60 @@ def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
     if not experts or not width or width % tp == 0:
         return []
     return [f"mlp.experts: the experts' width {width} is not divisible by TP {tp} ({_EXPERT_WIDTH})"]
+
+
+# The MoE blocks that refuse a TP above their routed experts, expert parallel or not
+# (`if self.tp_size > config.<key>: raise ValueError("Tensor parallel size ... is greater than the
+# number of experts ...")`), by the architectures that build them and the key they read. Found by
+# reading every model file of 0.32.0, 0.33.0 and 0.34.0 for that test; an architecture a release
+# does not register is refused before its build. Their MTP layers build the same block with the
+# target's count. Other MoE classes (Mixtral, DeepSeek, gpt-oss, ...) build at any TP.
+_EXPERT_COUNT_SOURCE = "the MoE block's __init__ (raises if tp_size > its routed experts)"
+EXPERTS_AT_LEAST_TP: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(("Qwen2MoeForCausalLM",), ("num_experts", "qwen2_moe.py Qwen2MoeSparseMoeBlock")),
+    **dict.fromkeys(("Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration"),
+                    ("num_experts", "qwen3_moe.py Qwen3MoeSparseMoeBlock")),
+    **dict.fromkeys(("Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"),
+                    ("num_experts", "qwen3_next.py Qwen3NextSparseMoeBlock")),
+    "Cohere2MoeForCausalLM": ("num_experts", "cohere2_moe.py Cohere2Moe"),
+    **dict.fromkeys(("ExaoneMoeForCausalLM", "ExaoneMoEForCausalLM"), ("num_experts", "exaone_moe.py ExaoneMoe")),
+    "HYV3ForCausalLM": ("num_experts", "hy_v3.py HYV3MoEFused"),
+    "HYV4ForCausalLM": ("num_experts", "vllm/models/hy_v4/nvidia/moe.py (0.34.0)"),
+    "InternS1ProForConditionalGeneration": ("num_experts", "interns1_pro.py InternS1ProMoeSparseMoeBlock"),
+    "InternS2MobiusForConditionalGeneration": ("num_experts", "interns2_mobius.py InternS2MobiusMetaMoeBlock"),
+    "K2HorizonForCausalLM": ("num_experts", "k2_horizon.py K2HorizonSparseMoeBlock"),
+    "LagunaForCausalLM": ("num_experts", "laguna.py LagunaMoE"),
+    "Lfm2MoeForCausalLM": ("num_experts", "lfm2_moe.py Lfm2MoeSparseMoeBlock"),
+    "AliceAIForCausalLM": ("num_experts", "alice_ai.py AliceAISparseMoeBlock (0.33.0 on)"),
+    **dict.fromkeys(("MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM"), ("n_routed_experts", "mimo_v2.py MiMoV2MoE")),
+    "MiniMaxM2ForCausalLM": ("num_local_experts", "minimax_m2.py MiniMaxM2MoE"),
+    **dict.fromkeys(("MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"),
+                    ("num_local_experts", "vllm/models/minimax_m3 model.py (0.34.0)")),
+    "Ernie4_5_MoeForCausalLM": ("moe_num_experts", "ernie45_moe.py Ernie4_5_MoeMoE"),
+    "Ernie4_5_VLMoeForConditionalGeneration": ("moe_num_experts", "ernie45_vl_moe.py Ernie4_5_VLMoeMoE (the largest of its list)"),
+    **dict.fromkeys(("Step3TextForCausalLM", "Step3p5ForCausalLM"), ("moe_num_experts", "step3_text.py / step3p5.py FusedMoEBlock")),
+    **dict.fromkeys(("Step5ForCausalLM", "Step5ForConditionalGeneration"),
+                    ("moe_num_experts", "vllm/models/step5 model.py Step5MoE (0.34.0)")),
+}
+
+
+def expert_count_failures(architectures: tuple[str, ...], config: Mapping[str, Any], tp: int) -> list[str]:
+    """The MoE blocks above raise while vLLM builds them when TP exceeds the routed experts: a
+    4-expert Qwen3-MoE draft builds at TP 4 and fails at TP 8 ("Tensor parallel size 8 is greater
+    than the number of experts 4"), with or without expert parallel."""
+    arch = next((a for a in architectures if a in EXPERTS_AT_LEAST_TP), None)
+    if arch is None:
+        return []
+    key, source = EXPERTS_AT_LEAST_TP[arch]
+    # transformers 5 stores some under another name (Qwen3MoeConfig: num_experts is an
+    # attribute_map alias of num_local_experts), which vLLM's getattr resolves.
+    value = next((config[k] for k in (key, *EXPERT_COUNT_KEYS) if config.get(k) is not None), None)
+    counts = value if isinstance(value, list) else [value]
+    experts = max((c for c in counts if isinstance(c, int) and not isinstance(c, bool)), default=0)
+    if not experts or tp <= experts:
+        return []
+    return [f"mlp: TP {tp} is greater than its {experts} routed experts ({key}; model_executor/models/{source}: "
+            f"{_EXPERT_COUNT_SOURCE})"]
 
 
 _GDN = ("model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py QwenGatedDeltaNetAttention.__init__ "
