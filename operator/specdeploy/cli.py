@@ -646,17 +646,46 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StdoutTillClosed:
+    """stdout that, once its reader has gone (`specdeploy plan -f x | head`), sends the rest to
+    /dev/null: the command ends quietly with its verdict's exit status, as under `set -o pipefail`
+    a script must still see an invalid stream fail."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _closed(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+            self._stream.flush()  # what was buffered now goes to /dev/null
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     check = getattr(args, "check", None)
     if check is not None:
         check(parser, args)
+    stdout, sys.stdout = sys.stdout, _StdoutTillClosed(sys.stdout)
     try:
-        return args.func(args)
-    except BrokenPipeError:  # `specdeploy plan -f x | head`: the reader has all it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
-        return EXIT_VALID
+        status = args.func(args)
+        sys.stdout.flush()
+        return status
     except UsageError as exc:
         return _usage_failure(args, exc.field, exc.message)
     except (OSError, ValueError) as exc:
@@ -667,6 +696,8 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("SPECDEPLOY_DEBUG"):
             raise
         return _usage_failure(args, "", f"internal error ({type(exc).__name__}: {exc}); SPECDEPLOY_DEBUG=1 shows the traceback, please report it")
+    finally:
+        sys.stdout = stdout
 
 
 def _usage_failure(args: argparse.Namespace, field: str, message: str) -> int:

@@ -223,15 +223,23 @@ def test_validate_judges_a_key_only_0_33_has_by_the_chosen_release(tmp_path: Pat
     assert json.loads(validated.stdout)["vllmVersion"] == version
 
 
-def test_a_closed_pipe_ends_the_command_quietly() -> None:
-    """`specdeploy plan -f examples/ | head -1`: no traceback, no error message, exit 0."""
-    process = subprocess.Popen([EXE, "plan", "-f", str(ROOT / "examples")],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+@pytest.mark.parametrize("unjudged, status", [(False, 0), (True, 2)])
+def test_a_closed_pipe_ends_the_command_quietly_with_its_verdict(tmp_path: Path, unjudged: bool, status: int) -> None:
+    """`specdeploy plan -f x | head -1`: no traceback, no error message, and the verdict's exit
+    status (a stream it cannot judge, a ConfigMap missing, still fails under pipefail). The stream
+    plans to more than a pipe holds, so the reader's close meets a writer still writing."""
+    example = (ROOT / "examples" / "qwen3-8b-ngram.yaml").read_text()
+    copies = [example.replace("name: qwen3-8b-ngram", f"name: qwen3-8b-ngram-{i}") for i in range(40)]
+    if unjudged:
+        copies.append((ROOT / "examples" / "llama-3.1-70b-eagle3.yaml").read_text())
+    stream = tmp_path / "stream.yaml"
+    stream.write_text("\n---\n".join(copies))
+    process = subprocess.Popen([EXE, "plan", "-f", str(stream)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout is not None and process.stderr is not None
     process.stdout.readline()
     process.stdout.close()  # as `head -1` does once it has its line
     errors = process.stderr.read().decode()
-    assert process.wait(timeout=120) == 0
+    assert process.wait(timeout=120) == status
     assert "Traceback" not in errors and "BrokenPipe" not in errors and "Errno 32" not in errors
 
 
