@@ -233,6 +233,10 @@ LOAD_SPLIT_CASES: tuple[tuple[str, str | None, str, tuple[int, ...], int | None]
     ("moe-4-experts", None, "ngram", (4, 8), None),  # Qwen3MoeSparseMoeBlock: TP 8 > 4 experts
     ("Qwen__Qwen3-32B", "moe-4-experts", "draft_model", (4, 8), 1),  # the same, as a draft at the target's TP
     ("ernie-4.5-moe-8-experts", None, "ngram", (8, 16), None),  # Ernie4_5_MoeMoE: TP 16 > 8 moe_num_experts
+    ("dense-width-12300", None, "ngram", (4, 8), None),  # MLP gate_up/down_proj: 12300 % 8
+    ("meta-llama__Llama-3.1-8B-Instruct", "eagle3-llama3-8b-width-14340", "eagle3", (4, 8), 1),  # the head's MLP 14340 % 8
+    ("deepseek-v2-lite-dense-width-10920", None, "ngram", (8, 16), None),  # its first, dense layer: 10920 % 16
+    ("moe-unused-dense-width-6150", None, "ngram", (4, 8), None),  # every layer sparse: intermediate_size unused
     ("vl-qwen2.5-vl-3b", None, "ngram", (4, 8), None),  # vision MLP 3420 % 8
     ("vl-glm-4.5v", None, "ngram", (4, 8), None),  # vision heads 12 % 8
     ("vl-gemma-3-27b", None, "ngram", (16, 32), None),  # SigLIP heads 16 % 32

@@ -124,6 +124,40 @@ def test_a_list_of_expert_counts_is_judged_by_its_largest() -> None:
     assert expert_count_failures(("MixtralForCausalLM",), {"num_local_experts": 8}, 16) == []
 
 
+@pytest.mark.parametrize("name, tp, builds", [
+    ("dense-width-12300", 4, True), ("dense-width-12300", 8, False),
+    ("deepseek-v2-lite-dense-width-10920", 8, True), ("deepseek-v2-lite-dense-width-10920", 16, False),
+    ("moe-unused-dense-width-6150", 8, True)])
+def test_a_dense_mlps_width_must_split_over_tp(name: str, tp: int, builds: bool) -> None:
+    """gate_up_proj and down_proj split intermediate_size: a dense model's, and a MoE's leading
+    dense layers (DeepSeek-V2-Lite's first_k_dense_replace 1); a MoE with every layer sparse
+    builds no dense MLP, so its intermediate_size is not split."""
+    evaluation = _alone(load_config(name), tp)
+    assert evaluation.ok == builds
+    if not builds:
+        [message] = _load_errors(evaluation)
+        assert "dense MLP's intermediate_size" in message and f"not divisible by TP {tp}" in message
+
+
+def test_a_qwen_moes_dense_layers_split_their_width() -> None:
+    """Qwen2/3-MoE build Qwen3MoeMLP(intermediate_size) for mlp_only_layers and for the layers
+    decoder_sparse_step skips."""
+    from specdeploy.vllm.tp_splits import dense_mlp_failures
+
+    sparse = {**load_config("moe-unused-dense-width-6150")}
+    assert dense_mlp_failures(sparse, 8) == []
+    assert dense_mlp_failures({**sparse, "mlp_only_layers": [0]}, 8)
+    assert dense_mlp_failures({**sparse, "decoder_sparse_step": 2}, 8)
+
+
+def test_an_eagle3_heads_mlp_splits_at_the_targets_tp() -> None:
+    ok = judge("meta-llama__Llama-3.1-8B-Instruct", "eagle3-llama3-8b-width-14340", "eagle3", tp=4, draft_tp=1, k=3)
+    assert ok.ok
+    refused = judge("meta-llama__Llama-3.1-8B-Instruct", "eagle3-llama3-8b-width-14340", "eagle3", tp=8, draft_tp=1, k=3)
+    [message] = _load_errors(refused, "draft-load-fails")
+    assert "for the draft" in message and "intermediate_size 14340 is not divisible by TP 8" in message
+
+
 @pytest.mark.parametrize("heads, tp, builds", [(16, 16, True), (12, 4, True), (12, 8, False)])
 def test_kimi_vls_moonvit_splits_its_heads_at_any_tp(heads: int, tp: int, builds: bool) -> None:
     """Kimi-VL builds moonvit.py's tower, which has no data-parallel fallback by heads (unlike

@@ -16,8 +16,8 @@ from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIE
                                     draft_architectures)
 from specdeploy.vllm.methods import built_draft_tp
 from specdeploy.vllm.fp8_blocks import fp8_block_failures
-from specdeploy.vllm.tp_splits import (expert_count_failures, expert_parallel, expert_width_failures, gated_delta_net_failures,
-                                        tp_split_failures, vocab_failures)
+from specdeploy.vllm.tp_splits import (dense_mlp_failures, expert_count_failures, expert_parallel, expert_width_failures,
+                                        gated_delta_net_failures, tp_split_failures, vocab_failures)
 
 LOAD = Stage.LOAD
 
@@ -92,13 +92,14 @@ _DRAFT_BUILD = ("vLLM builds the draft's layers with the target's tensor-paralle
 def _split_failures(model: Geometry, architectures: list[str], tp: int, who: str, field: str,
                     ep: bool = False) -> list[Finding]:
     """Sizes the model's layers divide by TP that this TP does not divide: its class's
-    (vllm/tp_splits.py), its experts' count and width (the width unless `ep`: expert parallel keeps
-    experts whole),
+    (vllm/tp_splits.py), its dense MLP's width, its experts' count and width (the width unless
+    `ep`: expert parallel keeps experts whole),
     and its FP8 weight blocks (vllm/fp8_blocks.py)."""
     reasons = tp_split_failures(tuple(architectures), model.text_config, {"vision_config": model.vision_config}, tp)
     name = architectures[0] if architectures else model.model_type
     layers = (vocab_failures(model.vocab_size, tp) + gated_delta_net_failures(tuple(architectures), model.text_config, tp)
               + expert_count_failures(tuple(architectures), model.text_config, tp)
+              + dense_mlp_failures(model.text_config, tp)
               + ([] if ep else expert_width_failures(model.text_config, tp))
               + fp8_block_failures(model.text_config, model.quantization, tp, ep))
     reasons += [f"{name}'s {reason}" for reason in layers]

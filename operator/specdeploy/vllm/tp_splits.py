@@ -23,8 +23,8 @@ at TP 8 ("12 is not divisible by 8"), Qwen2.5-VL-3B at TP 8 (its 3420-wide MLP),
 TP 32, Mistral-Small-3.1 at TP 32, a Kimi-VL tower of 12 heads at TP 8; each builds at the
 TP below. Generic to every model: the experts' width, the padded vocabulary
 and GatedDeltaNet's key width and value heads (expert_width_failures, vocab_failures,
-gated_delta_net_failures); and the MoE blocks that refuse more ranks than experts
-(expert_count_failures)."""
+gated_delta_net_failures), the dense MLP's width (dense_mlp_failures); and the MoE blocks that
+refuse more ranks than experts (expert_count_failures)."""
 
 from __future__ import annotations
 
@@ -171,6 +171,27 @@ def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
     if not experts or not width or width % tp == 0:
         return []
     return [f"mlp.experts: the experts' width {width} is not divisible by TP {tp} ({_EXPERT_WIDTH})"]
+
+
+_DENSE_MLP = ("model_executor/layers/linear.py MergedColumnParallelLinear.__init__ (gate_up_proj: assert every "
+              "output size % tp_size == 0) and RowParallelLinear.__init__ (down_proj: divide(input_size, tp_size))")
+
+
+def dense_mlp_failures(config: Mapping[str, Any], tp: int) -> list[str]:
+    """Every dense MLP layer splits intermediate_size over TP (gate_up_proj and down_proj), in
+    any architecture, EAGLE heads included: a dense model's, a MoE's leading dense layers
+    (first_k_dense_replace), a Qwen-MoE's mlp_only_layers or off-step layers. A MoE whose every
+    layer is sparse builds no dense MLP, whatever its intermediate_size. Built on the meta device:
+    Qwen3-8B with intermediate_size 12300 builds at TP 4 and fails at TP 8."""
+    width = config_int(config, ("intermediate_size",))
+    if not width or width % tp == 0:
+        return []
+    experts = experts_and_width(config)[0]
+    dense_layers = (not experts or (config_int(config, ("first_k_dense_replace",), 0) or 0) > 0
+                    or bool(config.get("mlp_only_layers")) or (config_int(config, ("decoder_sparse_step",), 1) or 1) > 1)
+    if not dense_layers:
+        return []
+    return [f"mlp: the dense MLP's intermediate_size {width} is not divisible by TP {tp} ({_DENSE_MLP})"]
 
 
 # The MoE blocks that refuse a TP above their routed experts, expert parallel or not
