@@ -263,10 +263,12 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
     except ValueError as exc:
         return None, [error("config-rejected", field_prefix, str(exc))]
     text = text_config_of(config)
-    counts, findings = _required_counts(config, text, field_prefix)
+    model_type = str(_get(config, "model_type") or "")
+    attention_free = model_type in ATTENTION_FREE_MODEL_TYPES
+    counts, findings = _required_counts(config, text, attention_free, field_prefix)
     if findings:
         return None, findings
-    attention = _attention_shape(config, text, counts, facts)
+    attention = _attention_shape(model_type, attention_free, text, counts, facts)
     if attention.num_kv_heads <= 0 and not attention.attention_free:
         return None, [error("config-missing-field", f"{field_prefix}.num_key_value_heads",
                             f"num_key_value_heads is {attention.num_kv_heads}; it must be a positive integer "
@@ -274,10 +276,9 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
     return _geometry(wrapper, config, text, counts, attention, facts), []
 
 
-def _required_counts(config: Any, text: Any, field_prefix: str) -> tuple[dict[str, int], list[Finding]]:
+def _required_counts(config: Any, text: Any, attention_free: bool, field_prefix: str) -> tuple[dict[str, int], list[Finding]]:
     """Heads, layers and vocabulary: without them vLLM cannot build the model (0 heads and
     layers only for attention-free configs)."""
-    attention_free = _get(config, "model_type") in ATTENTION_FREE_MODEL_TYPES
     required = {"num_attention_heads": 0 if attention_free else _first(text, ("num_attention_heads", "n_head", "num_heads", "n_heads")),
                 "num_hidden_layers": _first(text, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"), 0 if attention_free else None),
                 "vocab_size": _get(text, "vocab_size") or _get(config, "vocab_size")}
@@ -292,6 +293,8 @@ def _required_counts(config: Any, text: Any, field_prefix: str) -> tuple[dict[st
 class _AttentionShape:
     """How one attention layer is laid out, as vLLM's arch-config convertor derives it."""
 
+    model_type: str
+    hidden_size: int
     attention_free: bool
     text_model_type: str
     uses_mla: bool
@@ -300,10 +303,9 @@ class _AttentionShape:
     num_kv_heads: int
 
 
-def _attention_shape(config: Any, text: Any, counts: dict[str, int], facts: VllmFacts) -> _AttentionShape:
+def _attention_shape(model_type: str, attention_free: bool, text: Any, counts: dict[str, int],
+                     facts: VllmFacts) -> _AttentionShape:
     heads = counts["num_attention_heads"]
-    model_type = str(_get(config, "model_type") or "")
-    attention_free = model_type in ATTENTION_FREE_MODEL_TYPES
     text_model_type = str(_get(text, "model_type") or model_type)
     hidden = int(_first(text, ("hidden_size", "n_embd", "d_model", "emb_dim"), 0) or 0)
     kv_lora = _get(text, "kv_lora_rank")
@@ -319,7 +321,8 @@ def _attention_shape(config: Any, text: Any, counts: dict[str, int], facts: Vllm
     if attention_free:
         head_dim = 0
     head_size = int(kv_lora) + int(_get(text, "qk_rope_head_dim") or 0) if uses_mla else head_dim
-    return _AttentionShape(attention_free=attention_free, text_model_type=text_model_type, uses_mla=uses_mla,
+    return _AttentionShape(model_type=model_type, hidden_size=hidden, attention_free=attention_free,
+                           text_model_type=text_model_type, uses_mla=uses_mla,
                            head_dim=head_dim, head_size=head_size,
                            num_kv_heads=_total_kv_heads(text, text_model_type, heads))
 
@@ -327,17 +330,16 @@ def _attention_shape(config: Any, text: Any, counts: dict[str, int], facts: Vllm
 def _geometry(wrapper: str | None, config: Any, text: Any, counts: dict[str, int], attention: _AttentionShape,
               facts: VllmFacts) -> Geometry:
     layers = counts["num_hidden_layers"]
-    hidden = int(_first(text, ("hidden_size", "n_embd", "d_model", "emb_dim"), 0) or 0)
     linear = _get(text, "linear_attn_config") or {}
     linear = linear if isinstance(linear, dict) else {}
     kv_cache_layers = len(linear["full_attn_layers"]) if linear.get("full_attn_layers") else layers
     experts = _first(text, EXPERT_COUNT_KEYS, 0) or 0
     quantization = _quantization(config, text)
     return Geometry(
-        model_type=wrapper or str(_get(config, "model_type") or ""),
+        model_type=wrapper or attention.model_type,
         text_model_type=attention.text_model_type,
-        architectures=_architectures(config, text, str(_get(config, "model_type") or "")),
-        hidden_size=hidden,
+        architectures=_architectures(config, text, attention.model_type),
+        hidden_size=attention.hidden_size,
         num_attention_heads=counts["num_attention_heads"],
         num_kv_heads=attention.num_kv_heads,
         head_size=attention.head_size,
@@ -366,7 +368,7 @@ def _geometry(wrapper: str | None, config: Any, text: Any, counts: dict[str, int
         v_head_dim=_get(text, "v_head_dim"),
         intermediate_size=int(_get(text, "intermediate_size") or 0),
         moe_intermediate_size=int(_get(text, "moe_intermediate_size") or _get(text, "intermediate_size") or 0),
-        expert_hidden_size=int(_get(text, "routed_expert_hidden_size") or hidden),
+        expert_hidden_size=int(_get(text, "routed_expert_hidden_size") or attention.hidden_size),
         num_shared_experts=int(_first(text, ("num_shared_experts", "n_shared_experts"), 0) or 0),
         num_experts_per_token=_experts_per_token(text),
         first_dense_layers=int(_get(text, "first_k_dense_replace") or 0),

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from specdeploy.vllm.hf_config import EXPERT_COUNT_KEYS
+from specdeploy.vllm.hf_config import EXPERT_COUNT_KEYS, first_value
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ def expert_count_failures(architectures: tuple[str, ...], config: Mapping[str, A
     key, source = EXPERTS_AT_LEAST_TP[arch]
     # transformers 5 stores some under another name (Qwen3MoeConfig: num_experts is an
     # attribute_map alias of num_local_experts), which vLLM's getattr resolves.
-    value = next((config[k] for k in (key, *EXPERT_COUNT_KEYS) if config.get(k) is not None), None)
+    value = first_value(config, (key, *EXPERT_COUNT_KEYS))
     counts = value if isinstance(value, list) else [value]
     experts = max((c for c in counts if isinstance(c, int) and not isinstance(c, bool)), default=0)
     if not experts or tp <= experts:
