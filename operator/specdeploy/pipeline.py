@@ -23,7 +23,7 @@ from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import VALIDATION_STAGES, Finding, Stage, at_stage, has_errors
 from specdeploy.geometry import ModelInputs, Models, read_models
 from specdeploy.planning.plan import Plan
-from specdeploy.planning.planner import LayoutRules, layout_findings, plan_layout
+from specdeploy.planning.planner import LayoutRules, image_findings, layout_findings, plan_layout
 from specdeploy.render.speculative_config import speculative_config
 from specdeploy.validation.extra_args import check_extra_args
 from specdeploy.validation.load import check_load_layout, check_load_pair
@@ -92,7 +92,7 @@ def evaluate(
         # No plan for an invalid pair, but every reason at once: vLLM's layout rules too.
         return Evaluation(tuple(findings + layout_findings(spec, models, rules) + extra_args), None, facts.version)
     plan, plan_findings = plan_layout(spec, models, k, target, draft, facts, rules)
-    findings += plan_findings + extra_args
+    findings += plan_findings + image_findings(spec) + extra_args
     config = speculative_config(spec, plan) if plan is not None else None
     return Evaluation(tuple(findings), plan, facts.version, config)
 

@@ -254,12 +254,16 @@ class ModelCacheSpec(SpecModel):
     size_limit: Quantity = Field("200Gi", description="Size limit of the emptyDir used when no PVC is named.", max_length=32)
 
 
+GpuNodeAffinity = Literal["Required", "Off"]
+
+
 class SchedulingSpec(SpecModel):
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the vLLM pods must match.")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32, description="Pod tolerations (Kubernetes Toleration objects).", json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}})
     affinity: dict[str, Any] | None = Field(None, description="Pod affinity (a Kubernetes Affinity object).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     priority_class_name: str | None = Field(None, description="PriorityClass of the vLLM pods.", max_length=253)
     runtime_class_name: str | None = Field(None, description="RuntimeClass of the vLLM pods (e.g. nvidia).", max_length=253)
+    gpu_node_affinity: GpuNodeAffinity = Field("Required", description="Required (default): the vLLM pods may only run on nodes whose GPU is the one the plan was made for, by the labels of NVIDIA's GPU Feature Discovery (nvidia.com/gpu.product, nvidia.com/gpu.memory) or AMD's node labeller (amd.com/gpu.product-name); the requirements are added to every required term of `affinity`. Off: only `affinity` and `nodeSelector` place the pods (to replace the planned requirements with your own).")
 
     # What the pod spec takes of these, checked here: passed through unchecked, a bad value
     # was a spec the operator accepted and a Deployment the API server refused.

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdeploy.planning.compute import LayoutCompute
 from specdeploy.planning.kv_cache import LayerCache
+
+if TYPE_CHECKING:
+    from specdeploy.planning.placement import Placement
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ class Plan:
     candidates: tuple[Candidate, ...] = ()
     decisions: tuple[str, ...] = field(default=())
     compute: LayoutCompute | None = None  # what a step reads and computes: the speculation cost model's input
+    placement: Placement | None = None  # the nodes the serving pods may run on
 
     @property
     def gpus_per_replica(self) -> int:
@@ -150,4 +154,5 @@ class Plan:
             "candidates": [c.to_dict() for c in self.candidates],
             "decisions": list(self.decisions),
             "compute": self.compute.to_dict() if self.compute else None,
+            "placement": self.placement.to_dict() if self.placement else None,
         }

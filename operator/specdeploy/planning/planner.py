@@ -23,6 +23,7 @@ from specdeploy.planning.memory import (
     state_bytes_per_sequence,
 )
 from specdeploy.planning.compute import layout_compute, max_num_seqs
+from specdeploy.planning.placement import accelerator_findings, plan_placement, vendor_of
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import built_draft_tp
@@ -63,6 +64,14 @@ def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, lis
         return lookup_gpu(product), []
     except UnknownGpuError as exc:
         return None, [error("gpu-unknown", "spec.resources.gpu.product", str(exc), Stage.PLAN)]
+
+
+def image_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
+    """The image against the GPU it will run on (a CUDA build on AMD's, a ROCm build on NVIDIA's)."""
+    product, unknown = gpu_product(spec)
+    if unknown:
+        return []  # the product's own finding says it
+    return accelerator_findings(spec.image, vendor_of(resource_name(spec.resources.gpu.resource_name, product), product))
 
 
 def _gpu_memory_gib(spec: SpeculativeDeploymentSpec, product: GpuProduct | None,
@@ -290,7 +299,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
         pipeline_parallel_size=chosen.pp,
         nodes_per_replica=chosen.nodes,
         gpus_per_pod=chosen.gpus_per_pod,
-        gpu_resource_name=resource_name(spec.resources.gpu.resource_name, product),
+        gpu_resource_name=(gpu_resource := resource_name(spec.resources.gpu.resource_name, product)),
         max_model_len=max_model_len or None,
         target=_layout(target, chosen.tp),
         draft=_layout(draft, built_draft_tp(spec.draft.speculative_method, chosen.tp, chosen.draft_tp) or chosen.tp) if draft is not None else None,
@@ -301,6 +310,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
         compute=layout_compute(spec.draft.speculative_method, target, draft, (target_bytes, draft_bytes), chosen.tp,
                                built_draft_tp(spec.draft.speculative_method, chosen.tp, chosen.draft_tp),
                                spec.serving.kv_cache_dtype, product, max_num_seqs(spec.vllm.extra_args, product, gpu_gib)),
+        placement=plan_placement(product, gpu_resource, chosen.memory),
     )
     cache = check_model_cache(spec, target_bytes + draft_bytes, "estimated" in source)
     return plan, findings + list(chosen.findings) + cache

@@ -6,10 +6,12 @@ the launcher flags (`NodeRole`), so one builder serves the Deployment and both L
 
 from __future__ import annotations
 
+import copy
 import enum
 from typing import Any
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.planning.placement import Placement
 from specdeploy.planning.plan import Plan
 from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, labels
 from specdeploy.render.speculative_config import speculative_config_arg
@@ -158,6 +160,20 @@ def scheduling_fields(spec: SpeculativeDeploymentSpec) -> dict[str, Any]:
     return fields
 
 
+def placed_affinity(user: dict[str, Any] | None, placement: Placement | None) -> dict[str, Any] | None:
+    """The user's affinity with the plan's node requirements added to every required
+    nodeSelectorTerm (terms are ORed, a term's expressions ANDed: each way onto a node then
+    also needs the planned GPU)."""
+    if placement is None:
+        return user
+    ours = placement.requirements()
+    affinity = copy.deepcopy(user) if user else {}
+    required = affinity.setdefault("nodeAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [{**term, "matchExpressions": [*(term.get("matchExpressions") or []), *ours]} for term in terms]
+    return affinity
+
+
 def pod_template(spec: SpeculativeDeploymentSpec, plan: Plan, name: str, role: NodeRole = NodeRole.SINGLE) -> dict[str, Any]:
     """A PodTemplateSpec for one vLLM node of one replica."""
     pod: dict[str, Any] = {
@@ -168,6 +184,9 @@ def pod_template(spec: SpeculativeDeploymentSpec, plan: Plan, name: str, role: N
         "volumes": _volumes(spec, role),
     }
     pod.update(scheduling_fields(spec))
+    if spec.scheduling.gpu_node_affinity == "Required":
+        if affinity := placed_affinity(spec.scheduling.affinity, plan.placement):
+            pod["affinity"] = affinity
     metadata: dict[str, Any] = {"labels": labels(name)}
     if role is not NodeRole.WORKER:  # vLLM serves Prometheus metrics on its HTTP port
         metadata["annotations"] = dict(SCRAPE_ANNOTATIONS)

@@ -38,6 +38,26 @@ def image_tag(image: str) -> str | None:
     return last.rsplit(":", 1)[1] if ":" in last else None
 
 
+# What an image's name says it was built for: ROCm where the repository or tag says so (AMD's
+# rocm/vllm, vLLM's vllm/vllm-openai-rocm, tags such as v0.34.0-rocm), CUDA for vLLM's own
+# vllm/vllm-openai and tags such as v0.34.0-cu130; anything else is not guessed.
+_ROCM = re.compile(r"(^|[/_.:-])rocm($|[/_.:-])")
+_CUDA_TAG = re.compile(r"(^|[-_.])(cu\d+|cuda[\d.]*)($|[-_.])")
+CUDA_REPOSITORIES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai", "nvcr.io/nvidia/vllm")
+
+
+def image_accelerator(image: str) -> str | None:
+    """"rocm", "cuda" or None (not told by the name)."""
+    reference = image.lower().split("@", 1)[0]
+    tag = image_tag(reference) or ""
+    repository = reference[: len(reference) - len(tag) - 1] if tag else reference
+    if _ROCM.search(repository) or _ROCM.search(tag):
+        return "rocm"
+    if repository in CUDA_REPOSITORIES or _CUDA_TAG.search(tag):
+        return "cuda"
+    return None
+
+
 def release_of(text: str | None) -> tuple[int, int, int] | None:
     match = _RELEASE_TAG.match(text or "")
     return tuple(int(g) for g in match.groups()) if match else None  # type: ignore[return-value]

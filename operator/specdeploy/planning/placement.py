@@ -1,0 +1,98 @@
+"""Which nodes a replica's pods may run on: the GPU the plan was made for.
+
+The plan sizes memory for `resources.gpu`; a pod that asks only for `nvidia.com/gpu: 1` can land
+on any GPU of a mixed pool, and a 40 GB card under an 80 GB plan fails at vLLM's start-up check.
+So the plan names the nodes by what the vendor's node labeller says of their GPUs: the product
+(NVIDIA GPU Feature Discovery's `nvidia.com/gpu.product`, AMD's `amd.com/gpu.product-name`) and,
+where the labeller gives it as a number (NVIDIA's `nvidia.com/gpu.memory`, MiB), at least the
+memory the layout needs: weights, KV cache and reserve over gpuMemoryUtilization, the least
+memory on which vLLM's start-up check passes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from specdeploy.findings import Finding, Stage, error
+from specdeploy.planning.gpus import MEMORY_MIB_LABELS, PRODUCT_LABELS, RESOURCE_NAMES, GpuProduct
+from specdeploy.planning.plan import MemoryEstimate
+from specdeploy.vllm.versions import DEFAULT_VERSION, image_accelerator
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Node requirements of the serving pods, as node-selector requirements."""
+
+    vendor: str
+    product_label: str
+    products: tuple[str, ...]  # empty: any product of the vendor (memoryGiB without a product)
+    memory_label: str | None
+    min_memory_mib: int | None
+
+    def requirements(self) -> list[dict[str, Any]]:
+        """NodeSelectorRequirements: every one must hold (one nodeSelectorTerm's matchExpressions)."""
+        found: list[dict[str, Any]] = []
+        if self.products:
+            found.append({"key": self.product_label, "operator": "In", "values": list(self.products)})
+        if self.memory_label and self.min_memory_mib:
+            # Gt is strict and takes an integer: more than (need - 1) MiB is at least the need.
+            found.append({"key": self.memory_label, "operator": "Gt", "values": [str(self.min_memory_mib - 1)]})
+        return found
+
+    def describe(self) -> str:
+        what = f"{self.product_label} in {', '.join(self.products)}" if self.products else f"any {self.vendor} GPU"
+        if self.memory_label and self.min_memory_mib:
+            what += f", {self.memory_label} >= {self.min_memory_mib} MiB"
+        return what
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"vendor": self.vendor, "nodeSelectorRequirements": self.requirements()}
+
+
+def vendor_of(resource: str, product: GpuProduct | None) -> str | None:
+    """The product's vendor, else the vendor whose device plugin advertises `resource`."""
+    if product is not None:
+        return product.vendor
+    return next((vendor for vendor, name in RESOURCE_NAMES.items() if name == resource), None)
+
+
+def min_memory_mib(memory: MemoryEstimate | None) -> int | None:
+    """The least GPU memory (MiB) on which the layout's need stays within gpuMemoryUtilization."""
+    if memory is None or memory.budget_gib <= 0 or memory.gpu_memory_gib <= 0:
+        return None
+    utilization = memory.budget_gib / memory.gpu_memory_gib
+    return math.ceil(memory.required_gib / utilization * 1024)
+
+
+def plan_placement(product: GpuProduct | None, resource: str, memory: MemoryEstimate | None) -> Placement | None:
+    """The placement a plan implies; None when nothing is known of the GPU (no product, no
+    vendor's resource) and the pods may go wherever their resource request fits."""
+    vendor = vendor_of(resource, product)
+    if vendor is None:
+        return None
+    memory_label = MEMORY_MIB_LABELS.get(vendor)
+    placement = Placement(vendor, PRODUCT_LABELS[vendor], product.node_products if product else (),
+                          memory_label, min_memory_mib(memory) if memory_label else None)
+    return placement if placement.requirements() else None
+
+
+# The software stack each vendor's GPUs run, as image_accelerator names it.
+VENDOR_ACCELERATORS = {"nvidia": "cuda", "amd": "rocm"}
+
+
+def accelerator_findings(image: str, vendor: str | None) -> list[Finding]:
+    """A CUDA build on an AMD GPU or a ROCm build on an NVIDIA GPU cannot start vLLM's engine:
+    refused before any GPU is taken."""
+    built_for = image_accelerator(image)
+    if vendor is None or built_for is None or VENDOR_ACCELERATORS[vendor] == built_for:
+        return []
+    wanted = VENDOR_ACCELERATORS[vendor]
+    return [error("image-accelerator-mismatch", "spec.image",
+                  f"{image} is a {built_for.upper()} build of vLLM, and resources.gpu is {vendor.upper()}'s: "
+                  f"use a {wanted.upper()} build (e.g. {example_image(wanted)})", Stage.PLAN)]
+
+
+def example_image(accelerator: str) -> str:
+    return f"vllm/vllm-openai{'-rocm' if accelerator == 'rocm' else ''}:v{DEFAULT_VERSION}"
