@@ -23,7 +23,7 @@ VLLM_WHEEL_VENVS := $(foreach v,$(VLLM_WHEEL_RELEASES),$(call release_venv,$(v))
 # The GPU wheel must be told its platform, and must not stall on Hub look-ups.
 VLLM_NEXT_ENV := HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
 
-.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
+.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-cluster cluster-up cluster-down cluster-binaries test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
 # What the venvs install is pinned: constraints/*.txt are `pip freeze` of venvs that passed
 # `make test`, passed to every pip install with -c, so an upstream release cannot turn main
 # red. `make constraints` refreshes them on purpose (then run `make test` and commit them).
@@ -77,7 +77,24 @@ demo: venv
 # Every suite runs whatever an earlier one did (make -k), and make fails at the end, after the
 # last suite, if any failed; each suite's pytest summary lists its failures.
 test:
-	@$(MAKE) --no-print-directory -k lint test-core test-vllm || { echo "==> make test: FAILED (the failing suites are reported above)"; exit 1; }
+	@$(MAKE) --no-print-directory -k lint test-core test-cluster test-vllm || { echo "==> make test: FAILED (the failing suites are reported above)"; exit 1; }
+
+# A real control plane on loopback (etcd, kube-apiserver, controller-manager, scheduler, kwok's
+# GPU nodes, the LWS controller), built from the Go module proxy by hack/cluster/build.sh into a
+# cache outside the clone (about 10 min the first time on 2 cores, then seconds).
+cluster-binaries:
+	bash hack/cluster/build.sh
+
+cluster-up: venv
+	$(PY) hack/cluster/controlplane.py up
+
+cluster-down: venv
+	$(PY) hack/cluster/controlplane.py down
+
+# The chart installed by helm into that control plane, the operator under its ServiceAccount,
+# pods scheduled onto kwok's GPU nodes; the preflight's pod run by the vLLM venv (required here).
+test-cluster: venv vllm-venv cluster-binaries
+	SPECDEPLOY_REQUIRE_VLLM_VENV=1 $(PY) -m pytest -q -p no:cacheprovider tests/cluster
 
 # pyflakes (unused imports and variables, undefined names) and McCabe complexity over 15.
 lint: venv

@@ -37,11 +37,20 @@ build k8s "$(version_flags $K8S_VERSION)" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 build etcd "" go.etcd.io/etcd/server/v3
-mv "$bin.tmp/v3" "$bin.tmp/etcd"
+mv "$bin.tmp/server" "$bin.tmp/etcd"
 build kwok "" sigs.k8s.io/kwok/cmd/kwok
+# kwok's own node and pod stages, from the same module version
+cp -r "$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage" "$bin.tmp/kwok-stages"
+chmod -R u+w "$bin.tmp/kwok-stages"
 build helm "-X helm.sh/helm/v4/internal/version.version=v4.3.2 $(version_flags $K8S_VERSION)" helm.sh/helm/v4/cmd/helm
 build lws "" sigs.k8s.io/lws/cmd
 mv "$bin.tmp/cmd" "$bin.tmp/lws-controller"
+# LWS's CRDs and webhook configurations, from the same module version
+lws_dir="$(cd "$here/lws" && go list -m -f '{{.Dir}}' sigs.k8s.io/lws)"
+mkdir -p "$bin.tmp/lws-config/crd" "$bin.tmp/lws-config/webhook"
+cp "$lws_dir"/config/crd/bases/*.yaml "$bin.tmp/lws-config/crd/"
+cp "$lws_dir/config/webhook/manifests.yaml" "$bin.tmp/lws-config/webhook/"
+chmod -R u+w "$bin.tmp/lws-config"
 touch "$bin.tmp/.complete"
 rm -rf "$bin"; mv "$bin.tmp" "$bin"
 echo "$bin"

@@ -77,11 +77,13 @@ class ChartPod:
     tls_dir: Path | None = None
     log_dir: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
-    ports: dict[str, int] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)  # preset entries are kept, the rest moved to free ports
+    namespace: str = NAMESPACE
+    test_env: dict[str, str] = field(default_factory=lambda: dict(TEST_ENV))
     proc: operator_process.OperatorProcess | None = None
 
     def start(self) -> "ChartPod":
-        self.ports = {p["name"]: free_port() for p in self.container.get("ports", [])}
+        self.ports = {p["name"]: self.ports.get(p["name"]) or free_port() for p in self.container.get("ports", [])}
         args = [self._moved(a) for a in self.container["args"]]
         log = self.log_dir / f"{self.name}.log" if self.log_dir else None
         self.proc = operator_process.start(["run", *args], env=self._env(), log=log)
@@ -95,9 +97,9 @@ class ChartPod:
 
     def _env(self) -> dict[str, str]:
         declared = {p["containerPort"]: p["name"] for p in self.container.get("ports", [])}
-        fields = {"metadata.name": self.name, "metadata.namespace": NAMESPACE}
+        fields = {"metadata.name": self.name, "metadata.namespace": self.namespace}
         out = {k: v for k, v in os.environ.items() if not k.startswith("SPECDEPLOY_")}
-        out.update(PYTHONPATH=str(ROOT / "operator"), KUBECONFIG=str(self.kubeconfig), **TEST_ENV)
+        out.update(PYTHONPATH=str(ROOT / "operator"), KUBECONFIG=str(self.kubeconfig), **self.test_env)
         for item in self.container.get("env", []):
             if "value" in item:
                 value = str(item["value"])

@@ -19,7 +19,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import kmock
 
@@ -93,38 +93,51 @@ class KubeletDouble:
         await self._write("patch", self._path(kind, name) + "/status", {"status": status})
 
     async def _exec(self, pod: dict[str, Any], container: dict[str, Any], python: str, root: Path) -> tuple[int, str]:
-        mounts = await self._lay_out(pod, container, root)
-        log_path = container.get("terminationMessagePath", "/dev/termination-log")
-        mounts.append(log_path)
-        (root / log_path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-        (root / log_path.lstrip("/")).write_text("")
+        async def config_map(name: str) -> dict[str, str]:
+            return self.k.objects["v1/configmaps", self.namespace, name].raw["data"]
 
-        def host(value: str) -> str:
-            return str(root) + value if any(value == m or value.startswith(m.rstrip("/") + "/") for m in mounts) else value
+        return await run_container(pod, container, python, root, config_map)
 
-        command = [python] + [host(a) for a in container["command"][1:] + container.get("args", [])]
-        env = {"PATH": os.environ.get("PATH", "")}
-        env.update({e["name"]: host(e["value"]) for e in container.get("env", []) if "value" in e})
-        process = await asyncio.create_subprocess_exec(*command, env=env, cwd=root, stdout=asyncio.subprocess.PIPE,
-                                                       stderr=asyncio.subprocess.STDOUT)
-        log, _ = await process.communicate()
-        message = (root / log_path.lstrip("/")).read_text()
-        if not message and process.returncode and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            message = "\n".join(log.decode(errors="replace").splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_BYTES:]
-        return process.returncode or 0, message.encode()[:MAX_MESSAGE_BYTES].decode(errors="ignore")
 
-    async def _lay_out(self, pod: dict[str, Any], container: dict[str, Any], root: Path) -> list[str]:
-        """Each volume mount's files under `root`, the mounted text with the pod's paths translated."""
-        volumes = {v["name"]: v for v in pod.get("volumes", [])}
-        mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
-        for mount in container.get("volumeMounts", []):
-            volume, target = volumes[mount["name"]], root / mount["mountPath"].lstrip("/")
-            target.mkdir(parents=True, exist_ok=True)
-            if "configMap" in volume:
-                config_map = self.k.objects["v1/configmaps", self.namespace, volume["configMap"]["name"]].raw
-                quoted = re.compile('"(' + "|".join(re.escape(m.rstrip("/")) for m in mounts) + ')/')
-                for item in volume["configMap"]["items"]:
-                    text = quoted.sub(lambda match: f'"{root}{match.group(1)}/', config_map["data"][item["key"]])
-                    (target / item["path"]).parent.mkdir(parents=True, exist_ok=True)
-                    (target / item["path"]).write_text(text)
-        return mounts
+
+async def run_container(pod: dict[str, Any], container: dict[str, Any], python: str, root: Path,
+                        config_map: Callable[[str], Awaitable[dict[str, str]]]) -> tuple[int, str]:
+    """Run a pod's container command with `python` standing for the image's, its volumes laid
+    out under `root`; (exit code, termination message as the kubelet reports it)."""
+    mounts = await _lay_out(pod, container, root, config_map)
+    log_path = container.get("terminationMessagePath", "/dev/termination-log")
+    mounts.append(log_path)
+    (root / log_path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    (root / log_path.lstrip("/")).write_text("")
+
+    def host(value: str) -> str:
+        return str(root) + value if any(value == m or value.startswith(m.rstrip("/") + "/") for m in mounts) else value
+
+    command = [python] + [host(a) for a in container["command"][1:] + container.get("args", [])]
+    env = {"PATH": os.environ.get("PATH", "")}
+    env.update({e["name"]: host(e["value"]) for e in container.get("env", []) if "value" in e})
+    process = await asyncio.create_subprocess_exec(*command, env=env, cwd=root, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.STDOUT)
+    log, _ = await process.communicate()
+    message = (root / log_path.lstrip("/")).read_text()
+    if not message and process.returncode and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+        message = "\n".join(log.decode(errors="replace").splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_BYTES:]
+    return process.returncode or 0, message.encode()[:MAX_MESSAGE_BYTES].decode(errors="ignore")
+
+
+async def _lay_out(pod: dict[str, Any], container: dict[str, Any], root: Path,
+                   config_map: Callable[[str], Awaitable[dict[str, str]]]) -> list[str]:
+    """Each volume mount's files under `root`, the mounted text with the pod's paths translated."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+    for mount in container.get("volumeMounts", []):
+        volume, target = volumes[mount["name"]], root / mount["mountPath"].lstrip("/")
+        target.mkdir(parents=True, exist_ok=True)
+        if "configMap" in volume:
+            data = await config_map(volume["configMap"]["name"])
+            quoted = re.compile('"(' + "|".join(re.escape(m.rstrip("/")) for m in mounts) + ')/')
+            for item in volume["configMap"]["items"]:
+                text = quoted.sub(lambda match: f'"{root}{match.group(1)}/', data[item["key"]])
+                (target / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+                (target / item["path"]).write_text(text)
+    return mounts
