@@ -332,4 +332,8 @@ def test_valid_scheduling_fields_are_planned_into_the_pods(capsys: pytest.Captur
         "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"}, "priorityClassName": "gpu-high"}
     code, result = plan_example(capsys, tmp_path, lambda doc: doc["spec"].update(scheduling=scheduling))
     pod = result["manifests"][0]["spec"]["template"]["spec"]
-    assert code == 0 and pod["affinity"] == scheduling["affinity"] and pod["tolerations"] == scheduling["tolerations"]
+    assert code == 0 and pod["tolerations"] == scheduling["tolerations"]
+    # The user's term, and (scheduling.gpuNodeAffinity Required) the planned GPU's requirements with it.
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"][0] == {"key": "gpu", "operator": "In", "values": ["h100"]}
+    assert [e["key"] for e in term["matchExpressions"][1:]] == ["nvidia.com/gpu.product", "nvidia.com/gpu.memory"]

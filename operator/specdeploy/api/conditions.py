@@ -56,6 +56,7 @@ class Reason:
     RECONCILE_ERROR = "ReconcileError"
     RECONCILE_TIMEOUT = "ReconcileTimeout"
     PREFLIGHT_RUNNING = "PreflightRunning"  # the workload waits for the preflight's verdict
+    UNSCHEDULABLE = "Unschedulable"  # the rollout waits: the scheduler can place no pod (its message)
     PREFLIGHT_HELD = "PreflightHeld"  # spec.preflight.mode Required and the Job could not run
     # A method only a preflight of the image can judge (a plugin's) while no preflight runs: no workload
     PREFLIGHT_NEEDED = "PreflightNeeded"

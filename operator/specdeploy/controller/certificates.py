@@ -15,7 +15,9 @@ import asyncio
 import base64
 import datetime as dt
 import logging
+import ipaddress
 import os
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,7 @@ from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryEr
 
 SECRET_ENV = "SPECDEPLOY_WEBHOOK_SECRET"  # set by the chart when the operator keeps the certificate
 SERVICE_ENV = "SPECDEPLOY_WEBHOOK_SERVICE"
+URL_ENV = "SPECDEPLOY_WEBHOOK_URL"  # chart value webhook.url: an operator outside the cluster
 CONFIGURATION_ENV = "SPECDEPLOY_WEBHOOK_CONFIGURATION"
 VALIDITY = dt.timedelta(days=365)
 RENEW_BEFORE = dt.timedelta(days=30)
@@ -41,17 +44,30 @@ class Placement:
     secret: str
     service: str
     configuration: str
+    url: str = ""  # the URL the API server calls instead of the Service (webhook.url), if any
 
     @classmethod
     def from_env(cls) -> "Placement | None":
         secret = os.environ.get(SECRET_ENV)
         if not secret:
             return None
-        return cls(os.environ.get("POD_NAMESPACE") or "default", secret, os.environ[SERVICE_ENV], os.environ[CONFIGURATION_ENV])
+        return cls(os.environ.get("POD_NAMESPACE") or "default", secret, os.environ[SERVICE_ENV], os.environ[CONFIGURATION_ENV],
+                   os.environ.get(URL_ENV, "").rstrip("/"))
 
     @property
     def dns_names(self) -> list[str]:
-        return [self.service, f"{self.service}.{self.namespace}", f"{self.service}.{self.namespace}.svc"]
+        """The names the certificate must carry: the Service's, and the URL's host (a DNS name
+        or an IP address)."""
+        names = [self.service, f"{self.service}.{self.namespace}", f"{self.service}.{self.namespace}.svc"]
+        host = urllib.parse.urlsplit(self.url).hostname if self.url else None
+        return names + ([host] if host and host not in names else [])
+
+    def calls_us(self, webhook: dict[str, Any]) -> bool:
+        """A webhook of the configuration that reaches this operator: by Service, or by URL."""
+        client = webhook.get("clientConfig") or {}
+        if self.url:
+            return str(client.get("url") or "").startswith(self.url + "/")
+        return (client.get("service") or {}).get("name") == self.service
 
 
 @dataclass(frozen=True)
@@ -90,12 +106,21 @@ def issue(dns_names: list[str], now: dt.datetime) -> TlsBundle:
     ca = (builder(ca_name, ca_key, ca_name).add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
           .sign(ca_key, hashes.SHA256()))
     cert = (builder(dns_names[-1], key, ca_name)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([_general_name(n) for n in dns_names]), critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256()))
     pem = serialization.Encoding.PEM
     return TlsBundle(ca.public_bytes(pem), cert.public_bytes(pem),
                      key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+
+
+def _general_name(name: str) -> Any:
+    from cryptography import x509
+
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 def still_good(bundle: TlsBundle, dns_names: list[str], now: dt.datetime) -> bool:
@@ -108,7 +133,8 @@ def still_good(bundle: TlsBundle, dns_names: list[str], now: dt.datetime) -> boo
         ca, cert = x509.load_pem_x509_certificate(bundle.ca_crt), x509.load_pem_x509_certificate(bundle.tls_crt)
         cert.verify_directly_issued_by(ca)
         key = serialization.load_pem_private_key(bundle.tls_key, password=None)
-        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = sans.get_values_for_type(x509.DNSName) + [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
     except (ValueError, TypeError, InvalidSignature, x509.ExtensionNotFound):
         return False
     return (key.public_key() == cert.public_key() and sorted(names) == sorted(dns_names)
@@ -133,14 +159,14 @@ async def ensure(kube: Kube, where: Placement, now: dt.datetime) -> TlsBundle:
 
 
 async def _trust(kube: Kube, where: Placement, ca_crt: bytes) -> None:
-    """caBundle = our CA on each webhook that calls our Service (a merge patch replaces the
+    """caBundle = our CA on each webhook that calls us (a merge patch replaces the
     list whole, so it carries the resourceVersion read)."""
     configuration = await kube.get("ValidatingWebhookConfiguration", "", where.configuration)
     if configuration is None:
         raise KubeTemporaryError(f"ValidatingWebhookConfiguration {where.configuration} not found (yet)")
     ca = base64.b64encode(ca_crt).decode()
     webhooks = configuration.get("webhooks") or []
-    ours = [w for w in webhooks if ((w.get("clientConfig") or {}).get("service") or {}).get("name") == where.service]
+    ours = [w for w in webhooks if where.calls_us(w)]
     if all(w["clientConfig"].get("caBundle") == ca for w in ours):
         return
     for webhook in ours:

@@ -14,6 +14,8 @@ from specdeploy.api.conditions import (
 from specdeploy.api.status import Condition
 
 Verdicts = dict[str, Verdict]  # condition type -> its value
+# A scheduler message is read from the cluster: kept to a size a condition message carries.
+SCHEDULER_MESSAGE_LIMIT = 1024
 Event = tuple[str, str, str]  # (type, reason, message)
 
 
@@ -28,9 +30,10 @@ class WorkloadState:
     ready: int
     updated: int
     current: bool  # the workload controller has observed the latest workload spec
+    unschedulable: str = ""  # what the scheduler said of a pod it could not place, if any
 
     @classmethod
-    def from_live(cls, live: dict[str, Any]) -> "WorkloadState":
+    def from_live(cls, live: dict[str, Any], unschedulable: str = "") -> "WorkloadState":
         spec, status, meta = live.get("spec") or {}, live.get("status") or {}, live.get("metadata") or {}
         generation, observed = meta.get("generation"), status.get("observedGeneration")
         return cls(
@@ -41,11 +44,24 @@ class WorkloadState:
             ready=int(status.get("readyReplicas", 0)),
             updated=int(status.get("updatedReplicas", status.get("replicas", 0))),
             current=generation is None or observed is None or observed >= generation,
+            unschedulable=unschedulable,
         )
 
     @property
     def rolled_out(self) -> bool:
         return self.current and self.updated >= self.desired and self.ready >= self.desired
+
+
+def scheduling_problem(pod: Mapping[str, Any]) -> str | None:
+    """The scheduler's message for a pod it could not place (PodScheduled=False, Unschedulable);
+    None once it is placed, or while it has not tried."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return None
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
+                and condition.get("reason") == "Unschedulable":
+            return str(condition.get("message") or "the scheduler found no node")[:SCHEDULER_MESSAGE_LIMIT]
+    return None
 
 
 def workload_verdicts(workload: WorkloadState | None, applied: bool) -> Verdicts:
@@ -58,6 +74,8 @@ def workload_verdicts(workload: WorkloadState | None, applied: bool) -> Verdicts
     where = f"{workload.kind} {workload.name}: {workload.ready}/{workload.desired} replicas ready"
     if workload.rolled_out:
         progressing = Verdict("False", Reason.ROLLOUT_COMPLETE, where)
+    elif workload.unschedulable:
+        progressing = Verdict("True", Reason.UNSCHEDULABLE, f"{where}; {workload.unschedulable}")
     else:
         progressing = Verdict("True", Reason.ROLLING_OUT, where)
     if workload.desired == 0:

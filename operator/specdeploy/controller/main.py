@@ -79,6 +79,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.posting.level = logging.WARNING
     # Every handler is a coroutine; kopf's thread pool only serves its own sync helpers.
     settings.execution.max_workers = 4
+    # Pods are watched for the scheduler's verdict on ours only: filtered by the server, not here.
+    settings.watching.label_selectors[("v1", "pods")] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     # An idle per-object worker keeps its last watch event (the whole CR) until it exits: 5 s
     # by default, so a burst of creates keeps every CR and child alive at once (bench/RESULTS.md).
     settings.queueing.idle_timeout = 0.5
@@ -90,6 +92,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
     memo.desired, memo.configs, memo.evaluations = memory.desired, memory.configs, memory.evaluations
     memo.offload, memo.slots, memo.status = memory.offload, memory.slots, memory.status
+    memo.unschedulable = memory.unschedulable
     _warm_up()
 
 
@@ -165,6 +168,7 @@ async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body.get("metadata") or {}
     memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
     memo.status.forget(meta.get("namespace"), meta.get("name"))
+    memo.unschedulable.forget(meta.get("namespace"), meta.get("name"))
     METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
 
 
@@ -198,6 +202,14 @@ async def mirror_deployment(body: kopf.Body, type: str | None, memo: kopf.Memo, 
 async def mirror_leader_worker_set(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """LeaderWorkerSet drift and readiness -> put it back; the parent's Available/Ready/readyReplicas."""
     await _child_event(body, type, memo, logger, workload=True)
+
+
+@kopf.on.event("", "v1", "pods", labels=_CHILD_FILTER, id="pod-scheduling", registry=registry)
+async def pod_scheduling(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """A serving pod the scheduler cannot place (or now has placed) -> the parent's Ready says why."""
+    result = await _reconciler(memo, logger).pod_scheduling(dict(body), type, now=_now())
+    if result.status_patch and result.body is not None:
+        _post(result.body, result.events)
 
 
 @kopf.on.event("", "v1", "services", labels=_CHILD_FILTER, id="heal-service", registry=registry)

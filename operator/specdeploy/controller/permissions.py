@@ -44,10 +44,11 @@ PERMISSIONS: tuple[Permission, ...] = (
     # The renewal is a merge patch carrying the resourceVersion it read (controller/leader.py).
     Permission("coordination.k8s.io", "leases", ("get", "create", "patch")),
     # The serving pods: the telemetry lists them for each ready leader pod's IP and reads its
-    # /metrics there, and the preflight pod for its termination message (list only: never one
-    # pod by name). It reads only the pods its workload owns, through the owner chain: a
-    # Deployment's ReplicaSets, a LeaderWorkerSet's leader StatefulSet (controller/scrape.py).
-    Permission("", "pods", ("list",)),
+    # /metrics there, and the preflight pod for its termination message (never one pod by name).
+    # It reads only the pods its workload owns, through the owner chain: a Deployment's
+    # ReplicaSets, a LeaderWorkerSet's leader StatefulSet (controller/scrape.py). Watched, with a
+    # server-side selector on its own label, for the scheduler's verdict (Ready=Unschedulable).
+    Permission("", "pods", ("list", "watch")),
     Permission("apps", "replicasets", ("list",)),
     Permission("apps", "statefulsets", ("list",)),
     # Events for warnings and meaningful condition transitions (kopf posts them to core/v1 events).

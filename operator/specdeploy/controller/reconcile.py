@@ -38,6 +38,7 @@ from specdeploy.controller.conditions import (
     condition_events,
     merge_conditions,
     ready_verdict,
+    scheduling_problem,
     verdicts_from,
     workload_verdicts,
 )
@@ -48,6 +49,7 @@ from specdeploy.findings import VALIDATION_STAGES, Finding, Severity
 from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
 from specdeploy.preflight.request import judge_request
 from specdeploy.render import endpoint, invalid_names, render_manifests, selector_string
+from specdeploy.render.labels import OWNER_LABEL, label_value
 from specdeploy.sources import SourceInvalid, SourceUnavailable
 
 _WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
@@ -163,6 +165,7 @@ class Reconciler:
         self.offload = offload if offload is not None else memory.offload
         self.status = status if status is not None else memory.status
         self.slots = memory.slots
+        self.unschedulable = memory.unschedulable
 
     async def write_status(self, namespace: str, name: str,
                            compute: Callable[[Mapping[str, Any]], Result | Awaitable[Result]], *,
@@ -404,8 +407,9 @@ class Reconciler:
     async def _workload_now(self, run: Pass, status: Mapping[str, Any]) -> WorkloadState | None:
         """The workload as apply left it, else as the API server has it now."""
         if run.applied is not None:
-            return WorkloadState.from_live(run.applied.live) if run.applied.live is not None else None
-        return await self._live_workload(run.namespace, run.desired.get("workload") or status.get("workload"))
+            live = run.applied.live
+            return WorkloadState.from_live(live, self.unschedulable.message((run.namespace, run.name))) if live is not None else None
+        return await self._live_workload(run.namespace, run.name, run.desired.get("workload") or status.get("workload"))
 
     def failed(self, body: Mapping[str, Any], error: BaseException, *, now: str) -> Result:
         """Status for a reconcile that raised unexpectedly (a bug, not a verdict): Ready=False
@@ -444,12 +448,31 @@ class Reconciler:
         events = [("Warning", Reason.RECONCILE_TIMEOUT, message)] if before.get("reason") != Reason.RECONCILE_TIMEOUT else []
         return Result(_changes(previous, {"conditions": conditions}), events, message, "api")
 
-    async def _live_workload(self, namespace: str, ref: str | None) -> WorkloadState | None:
+    async def _live_workload(self, namespace: str, cr_name: str, ref: str | None) -> WorkloadState | None:
+        live = await self._live_workload_body(namespace, ref)
+        return WorkloadState.from_live(live, self.unschedulable.message((namespace, cr_name))) if live is not None else None
+
+    async def _live_workload_body(self, namespace: str, ref: str | None) -> dict[str, Any] | None:
         if not ref or "/" not in ref:
             return None
         kind, name = ref.split("/", 1)
-        live = await self.kube.get(kind, namespace, name) if kind in _WORKLOAD_KINDS else None
-        return WorkloadState.from_live(live) if live is not None else None
+        return await self.kube.get(kind, namespace, name) if kind in _WORKLOAD_KINDS else None
+
+    async def pod_scheduling(self, pod: Mapping[str, Any], event_type: str | None, *, now: str) -> Result:
+        """A serving pod's event: when what the scheduler says of the CR's pods changed, the
+        parent's readiness conditions say it (Unschedulable, with the scheduler's message)."""
+        meta = pod.get("metadata") or {}
+        namespace, owner = meta.get("namespace"), (meta.get("labels") or {}).get(OWNER_LABEL)
+        cr_name = next((n for n in self.desired.names(namespace) if label_value(n) == owner), None) if namespace else None
+        problem = None if event_type == "DELETED" else scheduling_problem(pod)
+        if cr_name is None or not self.unschedulable.note((namespace, cr_name), str(meta.get("name")), problem):
+            return Result({})
+
+        async def compute(parent: Mapping[str, Any]) -> Result:
+            workload = await self._live_workload_body(namespace, (parent.get("status") or {}).get("workload"))
+            return self.mirror(parent, workload, now=now) if workload is not None else Result({})
+
+        return await self.write_status(namespace, cr_name, compute)
 
     async def mirror_workload(self, child: Mapping[str, Any], event_type: str | None, *, now: str) -> Result:
         """A workload event: the parent's readiness conditions, written against its live status."""
@@ -474,7 +497,9 @@ class Reconciler:
         verdicts = verdicts_from(old_conditions)
         if any(kind not in verdicts for kind in SPEC_CONDITIONS):
             return Result({})  # the first reconcile has not run yet: it will write everything
-        workload = WorkloadState.from_live(dict(workload_body)) if workload_body else None
+        meta = parent.get("metadata") or {}
+        unschedulable = self.unschedulable.message((str(meta.get("namespace")), str(meta.get("name"))))
+        workload = WorkloadState.from_live(dict(workload_body), unschedulable) if workload_body else None
         verdicts.update(workload_verdicts(workload, applied=workload is not None))
         verdicts[READY] = ready_verdict(verdicts, workload)
         generation = (parent.get("metadata") or {}).get("generation")

@@ -81,6 +81,11 @@ class DesiredChildren:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def names(self, namespace: str) -> list[str]:
+        """The CRs of `namespace` this process has reconciled."""
+        with self._guard:
+            return [name for ns, name in self._entries if ns == namespace]
+
 
 @dataclass
 class StatusSlot:
@@ -167,6 +172,40 @@ class EvaluationCache:
         return value
 
 
+class Unschedulable:
+    """What the scheduler said of each pod it could not place, per CR (from the pods' watch):
+    the readiness mirror names it while the rollout waits, instead of a silent Pending."""
+
+    def __init__(self) -> None:
+        self._pods: dict[Key, dict[str, str]] = {}
+        self._guard = threading.Lock()
+
+    def note(self, key: Key, pod: str, message: str | None) -> bool:
+        """Record (or clear, with None) one pod's problem; True when the CR's message changed."""
+        with self._guard:
+            before = self._first(key)
+            pods = self._pods.setdefault(key, {})
+            if message is None:
+                pods.pop(pod, None)
+            else:
+                pods[pod] = message
+            if not pods:
+                del self._pods[key]
+            return self._first(key) != before
+
+    def message(self, key: Key) -> str:
+        with self._guard:
+            return self._first(key)
+
+    def _first(self, key: Key) -> str:
+        pods = self._pods.get(key) or {}
+        return next((f"pod {name}: {pods[name]}" for name in sorted(pods)), "")
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._guard:
+            self._pods.pop((namespace, name), None)
+
+
 @dataclass
 class Memory:
     """All of the above for one operator run. Every Reconciler of the process shares the
@@ -179,6 +218,7 @@ class Memory:
     offload: OffLoop = field(default_factory=OffLoop)
     slots: Slots = field(default_factory=Slots)
     status: StatusWriters = field(default_factory=StatusWriters)
+    unschedulable: Unschedulable = field(default_factory=Unschedulable)
 
 
 _current = Memory()

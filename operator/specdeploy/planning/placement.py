@@ -12,43 +12,11 @@ memory on which vLLM's start-up check passes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
 from specdeploy.findings import Finding, Stage, error
 from specdeploy.planning.gpus import MEMORY_MIB_LABELS, PRODUCT_LABELS, RESOURCE_NAMES, GpuProduct
-from specdeploy.planning.plan import MemoryEstimate
+from specdeploy.planning.plan import MemoryEstimate, Placement
 from specdeploy.vllm.versions import DEFAULT_VERSION, image_accelerator
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Node requirements of the serving pods, as node-selector requirements."""
-
-    vendor: str
-    product_label: str
-    products: tuple[str, ...]  # empty: any product of the vendor (memoryGiB without a product)
-    memory_label: str | None
-    min_memory_mib: int | None
-
-    def requirements(self) -> list[dict[str, Any]]:
-        """NodeSelectorRequirements: every one must hold (one nodeSelectorTerm's matchExpressions)."""
-        found: list[dict[str, Any]] = []
-        if self.products:
-            found.append({"key": self.product_label, "operator": "In", "values": list(self.products)})
-        if self.memory_label and self.min_memory_mib:
-            # Gt is strict and takes an integer: more than (need - 1) MiB is at least the need.
-            found.append({"key": self.memory_label, "operator": "Gt", "values": [str(self.min_memory_mib - 1)]})
-        return found
-
-    def describe(self) -> str:
-        what = f"{self.product_label} in {', '.join(self.products)}" if self.products else f"any {self.vendor} GPU"
-        if self.memory_label and self.min_memory_mib:
-            what += f", {self.memory_label} >= {self.min_memory_mib} MiB"
-        return what
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"vendor": self.vendor, "nodeSelectorRequirements": self.requirements()}
 
 
 def vendor_of(resource: str, product: GpuProduct | None) -> str | None:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specdeploy.planning.compute import LayoutCompute
 from specdeploy.planning.kv_cache import LayerCache
-
-if TYPE_CHECKING:
-    from specdeploy.planning.placement import Placement
 
 
 @dataclass(frozen=True)
@@ -85,6 +82,37 @@ class MemoryEstimate:
             "releaseDefaults": self.release_defaults,
             "fits": self.fits,
         }
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The nodes the serving pods may run on (planning/placement.py decides), as
+    node-selector requirements."""
+
+    vendor: str
+    product_label: str
+    products: tuple[str, ...]  # empty: any product of the vendor (memoryGiB without a product)
+    memory_label: str | None
+    min_memory_mib: int | None
+
+    def requirements(self) -> list[dict[str, Any]]:
+        """NodeSelectorRequirements: every one must hold (one nodeSelectorTerm's matchExpressions)."""
+        found: list[dict[str, Any]] = []
+        if self.products:
+            found.append({"key": self.product_label, "operator": "In", "values": list(self.products)})
+        if self.memory_label and self.min_memory_mib:
+            # Gt is strict and takes an integer: more than (need - 1) MiB is at least the need.
+            found.append({"key": self.memory_label, "operator": "Gt", "values": [str(self.min_memory_mib - 1)]})
+        return found
+
+    def describe(self) -> str:
+        what = f"{self.product_label} in {', '.join(self.products)}" if self.products else f"any {self.vendor} GPU"
+        if self.memory_label and self.min_memory_mib:
+            what += f", {self.memory_label} >= {self.min_memory_mib} MiB"
+        return what
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"vendor": self.vendor, "nodeSelectorRequirements": self.requirements()}
 
 
 @dataclass(frozen=True)

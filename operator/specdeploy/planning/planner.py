@@ -253,6 +253,21 @@ def layout_findings(spec: SpeculativeDeploymentSpec, models: Models, rules: Layo
     return [f for f in blocking or [] if f.stage in (Stage.PAIR, Stage.LOAD)]
 
 
+def _no_layout(spec: SpeculativeDeploymentSpec, target: Geometry, candidates: list[Candidate]) -> list[Finding]:
+    """Why no layout was planned: none to try, or (after several tries) the reason each lost."""
+    if not candidates:  # e.g. an explicit PP that no TP the heads allow keeps within the GPUs a replica may span
+        per_node = spec.resources.gpu.per_node
+        return [error("no-layout", PP_FIELD if spec.parallelism.pipeline_parallel_size != "auto" else "spec.parallelism",
+                      f"no layout to try: tensorParallelSize {spec.parallelism.tensor_parallel_size} x pipelineParallelSize "
+                      f"{spec.parallelism.pipeline_parallel_size} leaves no TP that divides the {target.num_attention_heads} "
+                      f"attention heads within {per_node * MAX_NODES_PER_REPLICA} GPUs ({per_node} per node x "
+                      f"{MAX_NODES_PER_REPLICA} nodes); give both sizes to go beyond that", Stage.PLAN)]
+    if len(candidates) > 1:
+        return [error("no-layout", "spec.parallelism",
+                      f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6]),
+                      Stage.PLAN)]
+    return []
+
 def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_in: ModelInputs,
                 draft_in: ModelInputs | None, facts: VllmFacts, rules: LayoutRules) -> tuple[Plan | None, list[Finding]]:
     """Try layouts in preference order and keep the first that is valid and fits; the plan lists
@@ -279,18 +294,9 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
             chosen = layout
             break
     if chosen is None:
-        if not candidates:  # e.g. an explicit PP that no TP the heads allow keeps within the GPUs a replica may span
-            per_node = spec.resources.gpu.per_node
-            findings.append(error("no-layout", PP_FIELD if spec.parallelism.pipeline_parallel_size != "auto" else "spec.parallelism",
-                                  f"no layout to try: tensorParallelSize {spec.parallelism.tensor_parallel_size} x pipelineParallelSize "
-                                  f"{spec.parallelism.pipeline_parallel_size} leaves no TP that divides the {target.num_attention_heads} "
-                                  f"attention heads within {per_node * MAX_NODES_PER_REPLICA} GPUs ({per_node} per node x "
-                                  f"{MAX_NODES_PER_REPLICA} nodes); give both sizes to go beyond that", Stage.PLAN))
-        elif len(candidates) > 1:
-            findings.append(error("no-layout", "spec.parallelism",
-                                  f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6]),
-                                  Stage.PLAN))
+        findings += _no_layout(spec, target, candidates)
         return None, findings + (blocking or [])
+    gpu_resource = resource_name(spec.resources.gpu.resource_name, product)
     plan = Plan(
         method=spec.draft.speculative_method.name,
         num_speculative_tokens=k,
@@ -299,7 +305,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
         pipeline_parallel_size=chosen.pp,
         nodes_per_replica=chosen.nodes,
         gpus_per_pod=chosen.gpus_per_pod,
-        gpu_resource_name=(gpu_resource := resource_name(spec.resources.gpu.resource_name, product)),
+        gpu_resource_name=gpu_resource,
         max_model_len=max_model_len or None,
         target=_layout(target, chosen.tp),
         draft=_layout(draft, built_draft_tp(spec.draft.speculative_method, chosen.tp, chosen.draft_tp) or chosen.tp) if draft is not None else None,
