@@ -324,7 +324,9 @@ class ControlPlane:
         then the webhook configurations once it serves."""
         config_dir = self.bin_dir / "lws-config"
         for crd in sorted((config_dir / "crd").glob("*.yaml")):
-            api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", _yaml(crd.read_text())[0])
+            made = api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", _yaml(crd.read_text())[0])
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{made['metadata']['name']}"
+            self._wait(f"CRD {made['metadata']['name']} established", lambda: api.established(path))
         certs = self.root / "lws-certs"
         certs.mkdir(exist_ok=True)
         cert, key = ca.issue("lws-webhook", hosts=("127.0.0.1",))
@@ -431,6 +433,13 @@ class Api:
 
     def create(self, path: str, body: dict) -> dict:
         return self._request(path, body)
+
+    def established(self, path: str) -> bool:
+        try:
+            conditions = self._request(path).get("status", {}).get("conditions") or []
+        except (OSError, ValueError):
+            return False
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     def ready_nodes(self) -> int:
         try:

@@ -153,7 +153,7 @@ def cluster(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> It
     made.run("create", "namespace", WORKLOAD_NS)
     made.run("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", "--set", "webhook.enabled=true",
              "--set", f"webhook.port={port}", "--set", f"webhook.url=https://127.0.0.1:{port}",
-             "--set", "webhook.failurePolicy=Fail", tool=made.helm)
+             "--set", "webhook.failurePolicy=Fail", "--set", "telemetryIntervalSeconds=2", tool=made.helm)
     scratch = tmp_path_factory.mktemp("operators")
     kubeconfig = token_kubeconfig(made, scratch / "operator.kubeconfig")
     deployment = client.AppsV1Api(api).read_namespaced_deployment(f"{RELEASE}-specdeploy", NAMESPACE)
@@ -165,6 +165,8 @@ def cluster(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> It
         pod = ChartPod(name, container, kubeconfig, tls_dir=tls[index], log_dir=scratch, namespace=NAMESPACE,
                        test_env={"HF_HUB_OFFLINE": "1"}, ports={"webhook": port} if index == 0 else {})
         made.operators.append(pod.start())
+    # Ready once its webhook serves the leader's certificate (the chart's readinessProbe).
+    until(lambda: all(pod.probe("readinessProbe") == 200 for pod in made.operators), "the operators' readiness")
     images = {VLLM_IMAGE: str(VLLM_PYTHON)} if VLLM_PYTHON.exists() else {}
     made.agent = NodeAgent(api, images, tmp_path_factory.mktemp("node-agent")).start()
     try:

@@ -27,10 +27,14 @@ def holder(cluster: Cluster) -> str:
 
 
 def leader_and_standby(cluster: Cluster) -> tuple[ChartPod, ChartPod]:
-    name = until(lambda: holder(cluster), "a leader")
-    (leader,) = [p for p in cluster.operators if p.name == name]
-    (standby,) = [p for p in cluster.operators if p.name != name]
+    name = until(lambda: holder(cluster), "a leader")  # the pod's name and a per-process suffix
+    (leader,) = [p for p in cluster.operators if name.startswith(p.name + "-")]
+    (standby,) = [p for p in cluster.operators if p is not leader]
     return leader, standby
+
+
+def held_by(cluster: Cluster, pod: ChartPod) -> bool:
+    return holder(cluster).startswith(pod.name + "-")
 
 
 def restart(cluster: Cluster, pod: ChartPod) -> None:
@@ -43,7 +47,7 @@ def test_kill_9_of_the_leader_hands_the_lease_to_the_standby(cluster: Cluster) -
     leader, standby = leader_and_standby(cluster)
     before = lease(cluster)
     leader.kill()  # SIGKILL: no release, the Lease must expire
-    until(lambda: holder(cluster) == standby.name, f"{standby.name} to hold the Lease")
+    until(lambda: held_by(cluster, standby), f"{standby.name} to hold the Lease")
     after = lease(cluster)
     # It waited for the dead leader's term to run out: no overlap of two leaders.
     expired = before.renew_time.timestamp() + before.lease_duration_seconds
@@ -58,6 +62,6 @@ def test_sigterm_ends_the_leader_and_releases_the_lease(cluster: Cluster) -> Non
     assert leader.proc is not None
     assert leader.proc.wait(60) == 0  # the hang guard of a SIGTERM hang; the time is the bench's
     # Released on the way out: the standby need not wait for the term to expire.
-    until(lambda: holder(cluster) == standby.name, f"{standby.name} to hold the released Lease")
+    until(lambda: held_by(cluster, standby), f"{standby.name} to hold the released Lease")
     restart(cluster, leader)
     until(lambda: leader.probe("livenessProbe") == 200, f"{leader.name} alive again as standby")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from .conftest import NAMESPACE, ROOT, VLLM_IMAGE, WORKLOAD_NS, Cluster, until
+from .conftest import ROOT, VLLM_IMAGE, WORKLOAD_NS, Cluster, until
 
 BAD_CRS = ROOT / "tests" / "fixtures" / "bad-crs"
 PLANNED_PRODUCTS = {"H100-80GB": {"NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"}, "MI300X-192GB": {"AMD_Instinct_MI300X_OAM"}}
@@ -56,7 +56,7 @@ def _single_cr(path: Path) -> dict[str, Any] | None:
     """The fixture's one SpeculativeDeployment, when kubectl would send it to the server at all."""
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError, ValueError):
         return None
     if len(docs) != 1 or not isinstance(docs[0], dict) or docs[0].get("kind") != "SpeculativeDeployment":
         return None
@@ -71,24 +71,20 @@ def test_the_crd_is_established_and_explained(cluster: Cluster) -> None:
     assert "GPU Feature Discovery" in explained
 
 
-def test_bad_crs_get_the_same_verdict_from_the_api_server_and_plan(cluster: Cluster, tmp_path: Path) -> None:
+def test_bad_crs_get_the_same_verdict_from_the_api_server_and_plan(cluster: Cluster) -> None:
     """Server-side apply (CRD schema, CEL and the webhook) refuses what `plan -f` refuses, and
     admits what it admits: the rules live in one place."""
     compared, disagree = 0, []
     for path in sorted(BAD_CRS.glob("*.yaml")):
-        doc = _single_cr(path)
-        if doc is None:
+        if _single_cr(path) is None:
             continue
-        doc["metadata"] = {**doc["metadata"], "namespace": WORKLOAD_NS}
-        local = tmp_path / path.name
-        local.write_text(yaml.safe_dump(doc))
-        verdict = plan_exit(local)
+        verdict = plan_exit(path)
         if verdict == 2:  # plan could not judge here (a config it cannot read offline): nor can the webhook
             continue
-        server = cluster.apply(doc, "--dry-run=server", check=False)
+        server = cluster.run("apply", "--server-side", "--dry-run=server", "-n", WORKLOAD_NS, "-f", str(path), check=False)
         compared += 1
         if (server.returncode == 0) != (verdict == 0):
-            disagree.append(f"{path.name}: plan exit {verdict}, server: {server.returncode} {server.stderr.strip()[:200]}")
+            disagree.append(f"{path.name}: plan exit {verdict}, server: {server.returncode} {server.stderr.strip()[:300]}")
     assert compared >= 20, compared
     assert disagree == []
 
@@ -202,16 +198,18 @@ def test_the_job_controller_runs_the_preflight_and_its_pod_gives_the_verdict(clu
 
 
 def test_a_multi_node_plan_gets_its_pods_from_the_lws_controller(cluster: Cluster) -> None:
-    doc = example("llama-3.1-70b-eagle3.yaml", "two-nodes", preflight={"mode": "Disabled"})
-    doc["spec"]["resources"] = {"gpu": {"product": "H100-80GB", "perNode": 2}}
-    doc["spec"]["parallelism"] = {"tensorParallelSize": 2, "pipelineParallelSize": 2}
+    """Pipeline parallel over two one-GPU nodes: a LeaderWorkerSet, whose pods the LWS
+    controller makes (leader and worker), each on an H100 node."""
+    doc = llama("two-nodes", preflight={"mode": "Disabled"}, parallelism={"tensorParallelSize": 1, "pipelineParallelSize": 2})
+    doc["spec"]["resources"] = {"gpu": {"product": "H100-80GB", "perNode": 1}}
     cluster.apply(doc)
     until(lambda: _ready(cluster, "two-nodes"), "two-nodes Ready=True")
     lws = cluster.custom().list_namespaced_custom_object("leaderworkerset.x-k8s.io", "v1", WORKLOAD_NS, "leaderworkersets")["items"]
     (group,) = [w for w in lws if w["metadata"]["ownerReferences"][0]["name"] == "two-nodes"]
+    assert group["spec"]["leaderWorkerTemplate"]["size"] == 2
     pods = [p for p in client.CoreV1Api(cluster.api).list_namespaced_pod(WORKLOAD_NS).items
             if (p.metadata.labels or {}).get("leaderworkerset.sigs.k8s.io/name") == group["metadata"]["name"]]
-    assert len(pods) == 2
-    assert {p.metadata.labels["leaderworkerset.sigs.k8s.io/worker-index"] for p in pods} == {"0", "1"}
+    assert sorted(p.metadata.labels["leaderworkerset.sigs.k8s.io/worker-index"] for p in pods) == ["0", "1"]
     assert all(p.status.phase == "Running" for p in pods)
-    assert NAMESPACE != WORKLOAD_NS  # the operator's namespace holds none of the workload
+    for pod in pods:
+        assert node_of(cluster, pod.spec.node_name).metadata.labels["nvidia.com/gpu.product"] in PLANNED_PRODUCTS["H100-80GB"]

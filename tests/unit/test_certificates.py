@@ -61,7 +61,30 @@ def test_a_secret_that_does_not_hold_a_matching_pair_is_replaced() -> None:
     assert TlsBundle.from_secret({"data": bundle.secret_data()}) == bundle
     assert TlsBundle.from_secret({"data": {"tls.crt": "x"}}) is None
     assert TlsBundle.from_secret(None) is None
-    mixed = TlsBundle(stranger.ca_crt, bundle.tls_crt, bundle.tls_key)  # signed by another CA
+    mixed = TlsBundle(stranger.ca_crt, bundle.tls_crt, bundle.tls_key, stranger.ca_key)  # signed by another CA
     assert not still_good(mixed, WHERE.dns_names, NOW)
-    assert not still_good(TlsBundle(bundle.ca_crt, bundle.tls_crt, stranger.tls_key), WHERE.dns_names, NOW)  # another key
-    assert not still_good(TlsBundle(b"junk", b"junk", b"junk"), WHERE.dns_names, NOW)
+    assert not still_good(TlsBundle(bundle.ca_crt, bundle.tls_crt, stranger.tls_key, bundle.ca_key), WHERE.dns_names, NOW)  # another key
+    assert not still_good(TlsBundle(b"junk", b"junk", b"junk", b"junk"), WHERE.dns_names, NOW)
+
+
+def test_a_foreign_but_valid_certificate_is_not_ours_without_its_cas_key() -> None:
+    """A third party's CA and a certificate it signed for the right names (cert-manager's, a
+    hand-made one) is a valid pair; without the CA's key beside it, it is not the operator's."""
+    foreign = issue(WHERE.dns_names, NOW)
+    data = foreign.secret_data()
+    del data["ca.key"]
+    assert TlsBundle.from_secret({"data": data}) is None
+    other = issue(WHERE.dns_names, NOW)
+    assert not still_good(TlsBundle(foreign.ca_crt, foreign.tls_crt, foreign.tls_key, other.ca_key), WHERE.dns_names, NOW)
+
+
+def test_a_webhook_url_puts_its_host_in_the_certificate() -> None:
+    where = Placement("ops", "sd-webhook-tls", "sd-webhook", "sd", url="https://127.0.0.1:9443")
+    assert where.dns_names[-1] == "127.0.0.1"
+    bundle = issue(where.dns_names, NOW)
+    _handshake(bundle, "127.0.0.1")
+    assert still_good(bundle, where.dns_names, NOW) and not still_good(bundle, WHERE.dns_names, NOW)
+    by_url = {"clientConfig": {"url": "https://127.0.0.1:9443/validate-speculativedeployment"}}
+    by_service = {"clientConfig": {"service": {"name": "sd-webhook"}}}
+    assert where.calls_us(by_url) and not where.calls_us(by_service)
+    assert WHERE.calls_us(by_service) and not WHERE.calls_us(by_url)

@@ -30,7 +30,7 @@ CONFIGURATION_ENV = "SPECDEPLOY_WEBHOOK_CONFIGURATION"
 VALIDITY = dt.timedelta(days=365)
 RENEW_BEFORE = dt.timedelta(days=30)
 CHECK_EVERY_S = 3600.0
-RETRY_S = 30.0
+RETRY_S = 5.0
 
 logger = logging.getLogger("specdeploy.certificates")
 
@@ -75,17 +75,23 @@ class TlsBundle:
     ca_crt: bytes
     tls_crt: bytes
     tls_key: bytes
+    # The CA's own key: the operator trusts only a CA whose key it holds, so a certificate put in
+    # the Secret by anyone else (with a CA of theirs beside it) is replaced, never trusted.
+    ca_key: bytes
 
     def secret_data(self) -> dict[str, str]:
-        return {k: base64.b64encode(v).decode() for k, v in (("ca.crt", self.ca_crt), ("tls.crt", self.tls_crt), ("tls.key", self.tls_key))}
+        return {k: base64.b64encode(getattr(self, k.replace(".", "_"))).decode() for k in SECRET_KEYS}
 
     @classmethod
     def from_secret(cls, secret: dict[str, Any] | None) -> "TlsBundle | None":
         data = (secret or {}).get("data") or {}
         try:
-            return cls(*(base64.b64decode(data[k]) for k in ("ca.crt", "tls.crt", "tls.key")))
+            return cls(*(base64.b64decode(data[k], validate=True) for k in SECRET_KEYS))
         except (KeyError, TypeError, ValueError):
             return None
+
+
+SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key", "ca.key")
 
 
 def issue(dns_names: list[str], now: dt.datetime) -> TlsBundle:
@@ -110,8 +116,10 @@ def issue(dns_names: list[str], now: dt.datetime) -> TlsBundle:
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256()))
     pem = serialization.Encoding.PEM
-    return TlsBundle(ca.public_bytes(pem), cert.public_bytes(pem),
-                     key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    def private(k: Any) -> bytes:
+        return k.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+    return TlsBundle(ca.public_bytes(pem), cert.public_bytes(pem), private(key), private(ca_key))
 
 
 def _general_name(name: str) -> Any:
@@ -124,7 +132,8 @@ def _general_name(name: str) -> Any:
 
 
 def still_good(bundle: TlsBundle, dns_names: list[str], now: dt.datetime) -> bool:
-    """Signed by its CA, with its own key, for these names, and valid beyond RENEW_BEFORE from now."""
+    """Ours (signed by a CA whose key the Secret holds), with its own key, for these names, and
+    valid beyond RENEW_BEFORE from now."""
     from cryptography import x509
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import serialization
@@ -133,11 +142,13 @@ def still_good(bundle: TlsBundle, dns_names: list[str], now: dt.datetime) -> boo
         ca, cert = x509.load_pem_x509_certificate(bundle.ca_crt), x509.load_pem_x509_certificate(bundle.tls_crt)
         cert.verify_directly_issued_by(ca)
         key = serialization.load_pem_private_key(bundle.tls_key, password=None)
+        ca_key = serialization.load_pem_private_key(bundle.ca_key, password=None)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         names = sans.get_values_for_type(x509.DNSName) + [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
     except (ValueError, TypeError, InvalidSignature, x509.ExtensionNotFound):
         return False
-    return (key.public_key() == cert.public_key() and sorted(names) == sorted(dns_names)
+    return (key.public_key() == cert.public_key() and ca_key.public_key() == ca.public_key()
+            and sorted(names) == sorted(dns_names)
             and cert.not_valid_after_utc - now > RENEW_BEFORE)
 
 
@@ -177,12 +188,15 @@ async def _trust(kube: Kube, where: Placement, ca_crt: bytes) -> None:
 
 
 async def keep(kube: Kube, where: Placement) -> None:
-    """`ensure` now and every CHECK_EVERY_S (sooner after a failure), until cancelled."""
+    """`ensure` now, then again on every change of the Secret (a watch on it alone: deleted,
+    edited or replaced, it is put back within moments) and at least every CHECK_EVERY_S, when
+    the watch ends (renewal); RETRY_S after a failure. Until cancelled."""
     while True:
         try:
             await ensure(kube, where, dt.datetime.now(dt.timezone.utc))
-            delay = CHECK_EVERY_S
+            async for event in kube.watch_object("Secret", where.namespace, where.secret, timeout_s=CHECK_EVERY_S):
+                if event != "BOOKMARK":
+                    await ensure(kube, where, dt.datetime.now(dt.timezone.utc))
         except (KubeTemporaryError, KubePermanentError) as exc:
             logger.warning("Could not keep the webhook certificate: %s", exc)
-            delay = RETRY_S
-        await asyncio.sleep(delay)
+            await asyncio.sleep(RETRY_S)

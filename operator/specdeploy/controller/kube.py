@@ -20,7 +20,7 @@ import json
 import os
 import ssl
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 import kopf
@@ -146,6 +146,27 @@ class Kube:
         listed = await self._call("GET", kind, "list", namespace, None, query={"labelSelector": label_selector}, missing_ok=True)
         return list((listed or {}).get("items") or [])
 
+    async def watch_object(self, kind_name: str, namespace: str, name: str, *, timeout_s: float) -> AsyncIterator[str]:
+        """The types of the watch events of one object (a fieldSelector on its name, which RBAC
+        can narrow with resourceNames), until the server ends the watch after `timeout_s`.
+        Only the event type is kept: the caller reads the object again to act on it."""
+        kind = KINDS[kind_name]
+        if not allows(kind.api_group, kind.plural, "watch", with_secrets=self.read_secrets,
+                      with_webhook_certificate=self.keeps_webhook_certificate):
+            raise AssertionError(f"watch {kind.api_group or 'core'}/{kind.plural} is not in PERMISSIONS")
+        query = {"watch": "true", "fieldSelector": f"metadata.name={name}", "timeoutSeconds": str(int(timeout_s))}
+        limits = aiohttp.ClientTimeout(total=timeout_s + self.timeout[0] + self.timeout[1], sock_connect=self.timeout[0])
+        try:
+            async with self._client().get(self.host + kind.path(namespace), params=query, headers=self._headers("GET", None),
+                                          timeout=limits, server_hostname=self._server_hostname) as response:
+                if response.status != 200:
+                    raise KubeTemporaryError(f"watch {kind_name} {namespace}/{name}: HTTP {response.status}: {_reason(await response.read())}",
+                                             status=response.status)
+                while line := await response.content.readline():
+                    yield _event_type(line)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
+            raise KubeTemporaryError(f"watch {kind_name} {namespace}/{name}: {type(exc).__name__}: {exc}") from exc
+
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind, namespace = obj["kind"], obj["metadata"]["namespace"]
         created = await self._call("POST", kind, "create", namespace, None, body=obj)
@@ -269,6 +290,21 @@ def load_configuration() -> Configuration:
     else:
         k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration)
     return configuration
+
+
+# A watch line longer than this is not an event we read (aiohttp's readline limit is 64 KiB anyway).
+MAX_EVENT_BYTES = 1 << 20
+
+
+def _event_type(line: bytes) -> str:
+    """ADDED, MODIFIED, DELETED, ERROR or BOOKMARK of one watch line (ValueError if unreadable)."""
+    if len(line) > MAX_EVENT_BYTES:
+        raise ValueError("watch event over the size bound")
+    event = json.loads(line)
+    kind = event.get("type") if isinstance(event, dict) else None
+    if not isinstance(kind, str):
+        raise ValueError("watch event without a type")
+    return kind
 
 
 def _reason(data: bytes | None) -> str:

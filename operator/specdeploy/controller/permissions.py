@@ -23,9 +23,9 @@ class Permission:
 
 PERMISSIONS: tuple[Permission, ...] = (
     # The custom resource: kopf lists and watches it, patches its progress annotations
-    # and, through the status subresource, the designed status.
+    # and, through the status subresource, the designed status (read with the object itself).
     Permission("specdeploy.io", "speculativedeployments", ("get", "list", "watch", "patch")),
-    Permission("specdeploy.io", "speculativedeployments/status", ("get", "patch")),
+    Permission("specdeploy.io", "speculativedeployments/status", ("patch",)),
     # The children. list/watch: a watch handler mirrors the workloads' readiness into the
     # parent's status and puts back a hand-edited or deleted child (no timer, hence no
     # finalizer on the parent). delete: children we own and no longer render are pruned
@@ -62,9 +62,10 @@ SECRETS_PERMISSION = Permission("", "secrets", ("get",))
 
 # When the operator keeps the webhook's certificate (the chart without cert-manager,
 # controller/certificates.py): its Secret in the release namespace and the caBundle of its
-# ValidatingWebhookConfiguration. The chart narrows get/patch to those names.
+# ValidatingWebhookConfiguration. The chart narrows get/patch (and the Secret's watch, a
+# watch on its name alone) to those names.
 WEBHOOK_CERTIFICATE_PERMISSIONS: tuple[Permission, ...] = (
-    Permission("", "secrets", ("get", "create", "patch")),
+    Permission("", "secrets", ("get", "watch", "create", "patch")),
     Permission("admissionregistration.k8s.io", "validatingwebhookconfigurations", ("get", "patch")),
 )
 
