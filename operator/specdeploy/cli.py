@@ -402,8 +402,8 @@ def _preflight_render(results: list[Any], output: str) -> int:
             print(f"specdeploy: {result.namespace}/{result.name}: no preflight: the fast rules give it no plan ({result.verdict})", file=sys.stderr)
             continue
         spec, request = _preflight_request(result)
-        manifests.append(preflight_config_map(request, JUDGE_FILE.read_text(), cr_name=result.name, namespace=result.namespace))
-        manifests.append(preflight_job(spec, request, cr_name=result.name, namespace=result.namespace))
+        config_map = preflight_config_map(request, JUDGE_FILE.read_text(), cr_name=result.name, namespace=result.namespace)
+        manifests += [config_map, preflight_job(spec, request, config_map, cr_name=result.name, namespace=result.namespace)]
     if output == "json":
         print(_dump_json({"apiVersion": "v1", "kind": "List", "items": manifests}))
     else:

@@ -1,14 +1,16 @@
 """A test double for the kubelet and the Job controller: it runs the Jobs the operator creates.
 
-For each new Job in the emulator it creates the Job's pod, then either reports the image as
-unpullable (ErrImagePull, as the kubelet does for an image it cannot pull) or runs the pod's
-container command with the Python that stands for the image (`images`: image -> python). The
-pod's volumes are laid out under a scratch root at the paths the pod would see (ConfigMap
-items, emptyDirs, the termination log): without a mount namespace the double translates the
-pod's absolute paths to that root, in the command, the environment and the mounted files, as
-a container runtime's bind mounts would. When the process exits, its termination message
-(the file at terminationMessagePath, else the log tail under FallbackToLogsOnError) goes into
-the pod's status and the Job is marked Complete or Failed.
+For each new Job in the emulator (by uid: a Job made again under the same name is new) it
+creates the Job's pod as the Job controller does (the template's labels plus the controller-uid
+and job-name labels, a controller ownerReference naming the Job's uid), then either reports the
+image as unpullable (ErrImagePull, as the kubelet does for an image it cannot pull) or runs the
+pod's container command with the executable that stands for the image's `python3` (`images`:
+image -> path). The pod's volumes are laid out under a scratch root at the paths the pod would
+see (ConfigMap items byte for byte, emptyDirs, the termination log): without a mount namespace
+the double translates the pod's absolute paths to that root in the command and the
+environment, as a container runtime's bind mounts would. When the process exits, its
+termination message (the file at terminationMessagePath, else the log tail under
+FallbackToLogsOnError) goes into the pod's status and the Job is marked Complete or Failed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import asyncio
 import itertools
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -35,7 +36,7 @@ class KubeletDouble:
         self.started: list[str] = []  # Jobs whose pod was created, in order
         self.hold = asyncio.Event()  # cleared: pods wait before their container starts
         self.hold.set()
-        self._seen: set[str] = set()
+        self._seen: set[str] = set()  # Job uids
         self._tasks: list[asyncio.Task[None]] = []
         self._names = itertools.count()
 
@@ -43,10 +44,11 @@ class KubeletDouble:
         """Watch for new Jobs until cancelled."""
         jobs = kmock.resource(JOBS)
         while True:
-            for (resource, _, name), obj in list(self.k.objects.items()):
-                if resource == jobs and name not in self._seen and not obj.deleted:
-                    self._seen.add(name)
-                    self._tasks.append(asyncio.create_task(self._run_job(json.loads(json.dumps(obj.raw)))))
+            for (resource, _, _), obj in list(self.k.objects.items()):
+                if resource != jobs or obj.deleted or obj.raw["metadata"]["uid"] in self._seen:
+                    continue
+                self._seen.add(obj.raw["metadata"]["uid"])
+                self._tasks.append(asyncio.create_task(self._run_job(json.loads(json.dumps(obj.raw)))))
             await asyncio.sleep(0.05)
 
     async def close(self) -> None:
@@ -64,12 +66,14 @@ class KubeletDouble:
         assert response.status in (200, 201), await response.text()
 
     async def _run_job(self, job: dict[str, Any]) -> None:
-        template = job["spec"]["template"]
-        name = f"{job['metadata']['name']}-{next(self._names):05d}"
-        self.started.append(job["metadata"]["name"])
+        template, job_name, job_uid = job["spec"]["template"], job["metadata"]["name"], job["metadata"]["uid"]
+        name = f"{job_name}-{next(self._names):05d}"
+        self.started.append(job_name)
+        labels = {**template["metadata"]["labels"], "batch.kubernetes.io/controller-uid": job_uid, "controller-uid": job_uid,
+                  "batch.kubernetes.io/job-name": job_name, "job-name": job_name}
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": job_uid, "controller": True, "blockOwnerDeletion": True}
         pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": name, "namespace": self.namespace, "labels": template["metadata"]["labels"],
-                            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "controller": True}]},
+               "metadata": {"name": name, "namespace": self.namespace, "labels": labels, "ownerReferences": [owner]},
                "spec": template["spec"], "status": {"phase": "Pending"}}
         await self._write("post", self._path("v1/pods"), pod)
         container = template["spec"]["containers"][0]
@@ -127,7 +131,8 @@ async def run_container(pod: dict[str, Any], container: dict[str, Any], python: 
 
 async def _lay_out(pod: dict[str, Any], container: dict[str, Any], root: Path,
                    config_map: Callable[[str], Awaitable[dict[str, str]]]) -> list[str]:
-    """Each volume mount's files under `root`, the mounted text with the pod's paths translated."""
+    """Each volume mount's files under `root`: a ConfigMap's items as the kubelet writes them,
+    the live object's data at the time the container starts."""
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
     for mount in container.get("volumeMounts", []):
@@ -135,9 +140,7 @@ async def _lay_out(pod: dict[str, Any], container: dict[str, Any], root: Path,
         target.mkdir(parents=True, exist_ok=True)
         if "configMap" in volume:
             data = await config_map(volume["configMap"]["name"])
-            quoted = re.compile('"(' + "|".join(re.escape(m.rstrip("/")) for m in mounts) + ')/')
             for item in volume["configMap"]["items"]:
-                text = quoted.sub(lambda match: f'"{root}{match.group(1)}/', data[item["key"]])
                 (target / item["path"]).parent.mkdir(parents=True, exist_ok=True)
-                (target / item["path"]).write_text(text)
+                (target / item["path"]).write_bytes(data[item["key"]].encode())
     return mounts

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from specdeploy.controller.metrics import METRICS
+from specdeploy.preflight.job import JOB_LABEL
 
 from .conftest import DEPLOYMENT, NS, ROOT, Cluster, Operator, eventually, example, with_identity
 from .kubelet import JOBS, KubeletDouble
@@ -33,9 +36,23 @@ NEWER_KEY = {"disable_lookahead_block_hashes": True}
 JUDGE_TIMEOUT_S = 300.0  # a judge run on a loaded 2-core machine: import vLLM, build on meta
 
 
+NO_VLLM_IMAGE = "registry.example/team/python:3"  # this Python: the real judge runs and finds no vLLM
+HOSTILE_IMAGE = "registry.example/team/vllm:hostile"  # its python3 writes HOSTILE_MESSAGE and exits 0
+HOSTILE_MESSAGE = "[" * 4000  # within the kubelet's 4096 bytes
+
+
+def _hostile_python(path: Path) -> str:
+    """An executable standing for a hostile image's python3: whatever it is asked to run, it
+    writes HOSTILE_MESSAGE to its last argument (the termination log) and exits 0."""
+    path.write_text(f"#!{sys.executable}\nimport sys\nopen(sys.argv[-1], 'w').write({HOSTILE_MESSAGE!r})\n")
+    path.chmod(0o755)
+    return str(path)
+
+
 @pytest.fixture
 async def kubelet(emulator: Any, tmp_path: Path) -> Any:
-    double = KubeletDouble(emulator, {CUSTOM_IMAGE: str(VLLM_PYTHON)}, tmp_path / "node", NS)
+    images = {CUSTOM_IMAGE: str(VLLM_PYTHON), NO_VLLM_IMAGE: sys.executable, HOSTILE_IMAGE: _hostile_python(tmp_path / "hostile-python3")}
+    double = KubeletDouble(emulator, images, tmp_path / "node", NS)
     task = asyncio.create_task(double.run())
     yield double
     task.cancel()
@@ -239,3 +256,126 @@ async def test_the_images_vllm_judges_a_method_the_fast_rules_cannot(operator: O
     assert "method" in cluster.condition("plugin-judged", "Validated")["message"]  # vLLM's own words on the method
     assert cluster.sd("plugin-judged")["status"]["preflight"]["stage"] == "config"
     assert not cluster.exists(DEPLOYMENT, "plugin-judged")
+
+
+# ---------------------------------------------------------------- forgeries: no verdict but the Job's own
+
+
+@pytest.fixture
+def operator_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Every record the operator logs (it runs in this process): the tests count tracebacks."""
+    caplog.set_level(logging.INFO)
+    return caplog
+
+
+def tracebacks(log: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in log.records if r.exc_info]
+
+
+async def _job(cluster: Cluster, kubelet: KubeletDouble) -> dict[str, Any]:
+    """The one preflight Job, once its pod exists (held before its container starts)."""
+    (job,) = await eventually(lambda: kubelet.started and jobs(cluster), what="the preflight Job and its pod")
+    return job
+
+
+async def _forge(cluster: Cluster, job: dict[str, Any], name: str, *, owner_uid: str | None, labels: dict[str, str],
+                 spec: dict[str, Any]) -> None:
+    """A pod someone else made, which ends with {"ok": true} in a container named judge."""
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": labels}
+    if owner_uid is not None:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "uid": owner_uid,
+                                    "controller": True}]
+    response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json={"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+    assert response.status in (200, 201), await response.text()
+    terminated = {"exitCode": 0, "reason": "Completed", "message": '{"ok": true, "stage": null, "error": null, "vllmVersion": "9.9.9"}'}
+    await cluster.patch_status("v1/pods", name, {"phase": "Succeeded", "containerStatuses": [
+        {"name": "judge", "ready": False, "restartCount": 0, "image": spec["containers"][0]["image"], "state": {"terminated": terminated}}]})
+
+
+def _no_verdict(cluster: Cluster, name: str, reason: str, log: pytest.LogCaptureFixture) -> dict[str, Any]:
+    """What every forgery ends with: the reason named, nothing passed, no workload, no traceback."""
+    preflight = cluster.condition(name, "Preflight")
+    assert preflight["reason"] == reason and preflight["status"] != "True"
+    assert not cluster.exists(DEPLOYMENT, name) and cluster.writes(resource=DEPLOYMENT) == []
+    assert (cluster.sd(name)["status"].get("preflight") or {}).get("outcome") != "Passed"
+    assert cluster.condition(name, "Ready")["status"] != "True"
+    assert tracebacks(log) == []
+    return preflight
+
+
+async def test_a_foreign_pod_with_the_jobs_label_gives_no_verdict(operator: Operator, cluster: Cluster, kubelet: KubeletDouble,
+                                                                   operator_log: pytest.LogCaptureFixture) -> None:
+    kubelet.hold.clear()  # the Job's own pod has not ended: the foreign one is all there is
+    await cluster.create(cr("foreign", NO_VLLM_IMAGE, mode="Required"))
+    job = await _job(cluster, kubelet)
+    template = job["spec"]["template"]
+    await _forge(cluster, job, "foreign-judge", owner_uid=None, labels={JOB_LABEL: template["metadata"]["labels"][JOB_LABEL]},
+                 spec=template["spec"])
+    await eventually(lambda: cluster.condition("foreign", "Preflight").get("reason") == "UntrustedPod", what="Preflight UntrustedPod")
+    preflight = _no_verdict(cluster, "foreign", "UntrustedPod", operator_log)
+    assert "foreign-judge" in preflight["message"] and "ownerReference" in preflight["message"]
+    assert cluster.condition("foreign", "Progressing")["reason"] == "PreflightRunning"
+    await eventually(lambda: "UntrustedPod" in [e.get("reason") for e in cluster.events() if e.get("type") == "Warning"],
+                     what="an UntrustedPod Warning")
+
+
+async def test_a_pod_with_the_jobs_owner_uid_that_is_not_its_pod_gives_no_verdict(
+    operator: Operator, cluster: Cluster, kubelet: KubeletDouble, operator_log: pytest.LogCaptureFixture
+) -> None:
+    """The owner uid and the controller-uid labels copied: what it runs is not the Job's."""
+    kubelet.hold.clear()
+    await cluster.create(cr("copied", NO_VLLM_IMAGE, mode="Required"))
+    job = await _job(cluster, kubelet)
+    uid = job["metadata"]["uid"]
+    spec = copy.deepcopy(job["spec"]["template"]["spec"])
+    spec["containers"][0]["command"] = ["sh", "-c", "echo '{\"ok\": true}' > /dev/termination-log"]
+    labels = {**job["spec"]["template"]["metadata"]["labels"], "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
+    await _forge(cluster, job, "copied-judge", owner_uid=uid, labels=labels, spec=spec)
+    await eventually(lambda: cluster.condition("copied", "Preflight").get("reason") == "UntrustedPod", what="Preflight UntrustedPod")
+    preflight = _no_verdict(cluster, "copied", "UntrustedPod", operator_log)
+    assert "copied-judge" in preflight["message"] and "command" in preflight["message"]
+
+
+async def test_an_edited_judge_gives_no_verdict_and_the_job_is_made_again(
+    operator: Operator, cluster: Cluster, kubelet: KubeletDouble, operator_log: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """The ConfigMap's judge replaced (the emulator does not refuse an edit of an immutable
+    ConfigMap; the API server would) before the pod starts: the edit never runs, the Job is
+    made again, and the new Job runs the operator's judge (which finds no vLLM here)."""
+    kubelet.hold.clear()
+    await cluster.create(cr("edited", NO_VLLM_IMAGE, mode="Required"))
+    job = await _job(cluster, kubelet)
+    marker = tmp_path / "the-edited-judge-ran"
+    (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+    edited = f"open({str(marker)!r}, 'w').write('ran')\nimport sys\nopen(sys.argv[-1], 'w').write('{{\"ok\": true}}')\n"
+    response = await cluster.k.patch(f"/api/v1/namespaces/{NS}/configmaps/{volume['configMap']['name']}", json={"data": {"vllm_judge.py": edited}})
+    assert response.status == 200, await response.text()
+    kubelet.hold.set()
+    await eventually(lambda: "JudgeEdited" in [e.get("reason") for e in cluster.events() if e.get("type") == "Warning"],
+                     what="a JudgeEdited Warning")
+    await eventually(lambda: cluster.condition("edited", "Preflight").get("reason") == "CouldNotRun", what="the new Job's verdict")
+    assert not marker.exists()  # the edited judge never ran
+    assert job_creates(cluster) == 2 and len(kubelet.started) == 2
+    (warning,) = [e for e in cluster.events() if e.get("reason") == "JudgeEdited"]
+    assert "vllm_judge.py" in warning["message"] and "made again" in warning["message"]
+    preflight = _no_verdict(cluster, "edited", "CouldNotRun", operator_log)
+    assert "No module named" in preflight["message"]  # the operator's judge, run by the new Job
+    assert cluster.condition("edited", "Progressing")["reason"] == "PreflightHeld"
+
+
+async def test_a_hostile_termination_message_is_an_unreadable_verdict(
+    operator: Operator, cluster: Cluster, kubelet: KubeletDouble, operator_log: pytest.LogCaptureFixture
+) -> None:
+    """4,000 '[' from an image whose python3 exits 0: no exception, a named reason, held even
+    under BestEffort (the default mode), and judged once."""
+    await cluster.create(cr("hostile", HOSTILE_IMAGE))
+    await eventually(lambda: cluster.condition("hostile", "Preflight").get("reason") == "UnreadableVerdict", what="UnreadableVerdict")
+    preflight = _no_verdict(cluster, "hostile", "UnreadableVerdict", operator_log)
+    assert preflight["status"] == "False" and "no verdict line" in preflight["message"]
+    assert cluster.condition("hostile", "Progressing")["reason"] == "PreflightHeld"
+    assert cluster.sd("hostile")["status"]["preflight"]["outcome"] == "UnreadableVerdict"
+    # Another reconcile (a spec edit that changes no judged input) reads the kept outcome: no second Job.
+    await cluster.patch_spec("hostile", {"replicas": 2}, generation=2)
+    await eventually(lambda: cluster.condition("hostile", "Preflight").get("observedGeneration") == 2, what="the next reconcile")
+    _no_verdict(cluster, "hostile", "UnreadableVerdict", operator_log)
+    assert job_creates(cluster) == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from typing import Any, Iterator
 
 import pytest
@@ -29,11 +30,19 @@ class FakeVllmMetrics:
 
     def __init__(self, k: int):
         self.requests = 0
+        self.started = 1_796_000_000.0
         self.restart(k)
 
-    def restart(self, k: int) -> None:
-        """A new server process (a rollout): counters from zero, one series per position of k."""
+    def restart(self, k: int, *, same_process: bool = False) -> None:
+        """A new server process (a rollout): counters from zero, one series per position of k, and
+        a later process_start_time_seconds (prometheus_client's process collector, which vLLM's
+        API server exports). `same_process`: the counters go back to zero in the same process,
+        which no real counter does."""
         self.registry = CollectorRegistry()
+        if not same_process:
+            self.started += 60.0
+        Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+              registry=self.registry).set(self.started)
         names = ["model_name", "engine"]
         self.drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", names, registry=self.registry)
         self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", names, registry=self.registry)
@@ -183,6 +192,39 @@ async def test_status_speculation_equals_the_counters_and_only_moves_with_them(
     assert writes <= elapsed / INTERVAL_S + 1
     # One Event for the transition to Effective, none for the scrapes after it.
     assert len([e for e in cluster.events() if e.get("reason") == "Effective"]) == 1
+
+
+async def test_counters_that_go_down_in_the_same_process_are_not_counted(
+    fast_telemetry: None, vllm_metrics: tuple[FakeVllmMetrics, int], operator: Operator, cluster: Cluster,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """A counter only goes down when its process starts again: the pod's process start time says
+    whether it did. Before, every fall was a restart and what the pod showed next was counted."""
+    from .test_operator import LLAMA
+
+    caplog.set_level(logging.INFO, logger="specdeploy.telemetry")
+    metrics, port = vllm_metrics
+    name = await _serving(cluster, LLAMA, "uid-fall", port)
+    await eventually(lambda: metrics.requests >= 1, what="a first scrape")
+    metrics.step(drafts=400, accepted_lengths=[100, 100, 100])
+    await eventually(lambda: _speculation(cluster, name).get("drafts") == 400, what="400 drafts counted")
+    metrics.restart(k=3, same_process=True)
+    metrics.step(drafts=300, accepted_lengths=[100, 100, 100])
+
+    def skips() -> list[str]:
+        return [r.getMessage() for r in caplog.records if f"skipped pod {NS}/{name}-0" in r.getMessage()]
+
+    mark = metrics.requests
+    await eventually(lambda: metrics.requests >= mark + 3, what="three scrapes of the fallen counters")
+    (skip,) = skips()  # logged once, however many scrapes
+    assert "went down while process_start_time_seconds did not change: not a restart" in skip
+    assert _speculation(cluster, name)["drafts"] == 400
+    # A new process (its start time moved on) counts again: what it shows is all new.
+    metrics.restart(k=3)
+    metrics.step(drafts=100, accepted_lengths=[0, 0, 100])
+    speculation = await eventually(lambda: _speculation(cluster, name).get("drafts") == 500 and _speculation(cluster, name),
+                                   what="the new process counted")
+    assert f"{name}-0" not in {s["pod"] for s in speculation.get("skippedPods") or []}
 
 
 async def test_collapsed_acceptance_sets_speculation_effective_false_with_a_warning(

@@ -19,7 +19,7 @@ from specdeploy.controller import preflight as gate
 from specdeploy.controller.kube import KubePermanentError, KubeTemporaryError
 from specdeploy.geometry import ModelInputs
 from specdeploy.pipeline import evaluate
-from specdeploy.preflight.job import JOB_LABEL, MODEL_DIRS, preflight_config_map, preflight_job
+from specdeploy.preflight.job import JOB_LABEL, MODEL_DIRS, file_digests, preflight_config_map, preflight_job
 from specdeploy.preflight.outcome import Outcome, job_outcome, parse_verdict
 from specdeploy.preflight.request import judge_request
 
@@ -40,6 +40,11 @@ def request_for(spec: SpeculativeDeploymentSpec) -> Any:
     return judge_request(spec, evaluation.plan, target.config, draft.config if draft else None)
 
 
+def job_for(spec: SpeculativeDeploymentSpec, judge: str = "JUDGE", *, cr_name: str = "sd") -> dict[str, Any]:
+    request = request_for(spec)
+    return preflight_job(spec, request, preflight_config_map(request, judge, cr_name=cr_name, namespace="ns"), cr_name=cr_name, namespace="ns")
+
+
 SCHEDULING = {"nodeSelector": {"pool": "h200"}, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
               "priorityClassName": "inference", "runtimeClassName": "nvidia"}
 LLAMA = example_spec("llama-3.1-8b-eagle3.yaml", image=IMAGE, scheduling=SCHEDULING,
@@ -51,13 +56,13 @@ LLAMA = example_spec("llama-3.1-8b-eagle3.yaml", image=IMAGE, scheduling=SCHEDUL
 def test_job_and_config_map_are_valid_kubernetes_objects(example: str, version: str) -> None:
     spec = example_spec(example)
     request = request_for(spec)
-    kubernetes_validate.validate(preflight_job(spec, request, cr_name="sd", namespace="ns"), version, strict=True)
-    kubernetes_validate.validate(preflight_config_map(request, "print()", cr_name="sd", namespace="ns"), version, strict=True)
+    config_map = preflight_config_map(request, "print()", cr_name="sd", namespace="ns")
+    kubernetes_validate.validate(preflight_job(spec, request, config_map, cr_name="sd", namespace="ns"), version, strict=True)
+    kubernetes_validate.validate(config_map, version, strict=True)
 
 
 def test_job_runs_the_image_restricted_without_a_gpu_where_the_serving_pods_go() -> None:
-    request = request_for(LLAMA)
-    job = preflight_job(LLAMA, request, cr_name="sd", namespace="ns")
+    job = job_for(LLAMA)
     pod = job["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == IMAGE
@@ -86,8 +91,7 @@ def test_job_runs_the_image_restricted_without_a_gpu_where_the_serving_pods_go()
 def test_config_map_holds_the_judge_the_request_and_the_configs_at_the_mounted_paths() -> None:
     request = request_for(LLAMA)
     config_map = preflight_config_map(request, "JUDGE", cr_name="sd", namespace="ns")
-    job = preflight_job(LLAMA, request, cr_name="sd", namespace="ns")
-    assert config_map["metadata"]["name"] == job["metadata"]["name"]
+    job = preflight_job(LLAMA, request, config_map, cr_name="sd", namespace="ns")
     data = config_map["data"]
     judged = json.loads(data["request.json"])
     assert judged["args"] == list(request.args) and judged["args"][0] == LLAMA.target.model
@@ -99,7 +103,7 @@ def test_config_map_holds_the_judge_the_request_and_the_configs_at_the_mounted_p
 
 def test_trust_remote_code_fetches_code_with_the_serving_pods_token() -> None:
     spec = example_spec("kimi-k3-dspark-h200.yaml")
-    env = preflight_job(spec, request_for(spec), cr_name="k3", namespace="ns")["spec"]["template"]["spec"]["containers"][0]["env"]
+    env = job_for(spec, cr_name="k3")["spec"]["template"]["spec"]["containers"][0]["env"]
     by_name = {e["name"]: e for e in env}
     assert by_name["HF_HUB_OFFLINE"]["value"] == "0"
     assert by_name["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
@@ -131,28 +135,129 @@ def test_parse_verdict_takes_the_last_verdict_line() -> None:
     assert parse_verdict('{"ok": "yes"}') is None and parse_verdict(None) is None
 
 
-def pod(state: dict[str, Any], conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"status": {"containerStatuses": [{"name": "judge", "state": state}], "conditions": conditions or []}}
+JOB_UID = "job-uid-1"
+JOB = {**job_for(LLAMA), "status": {}}
+JOB["metadata"] = {**JOB["metadata"], "uid": JOB_UID}
+
+
+def pod(state: dict[str, Any], conditions: list[dict[str, Any]] | None = None, *, name: str = "sd-preflight-x",
+        owner_uid: str | None = JOB_UID, labels: dict[str, str] | None = None, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A pod as the Job controller makes it for JOB (owner, controller-uid labels, the template's
+    spec), unless told otherwise; its judge container in `state`."""
+    template = JOB["spec"]["template"]
+    meta: dict[str, Any] = {"name": name, "labels": labels if labels is not None else {
+        **template["metadata"]["labels"], "batch.kubernetes.io/controller-uid": JOB_UID, "controller-uid": JOB_UID}}
+    if owner_uid is not None:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": owner_uid, "controller": True}]
+    return {"metadata": meta, "spec": copy.deepcopy(spec if spec is not None else template["spec"]),
+            "status": {"containerStatuses": [{"name": "judge", "state": state}], "conditions": conditions or []}}
+
+
+def job(status: dict[str, Any]) -> dict[str, Any]:
+    return {**JOB, "status": status}
+
+
+ACCEPTED = json.dumps({**VERDICT, "ok": True, "stage": None})
 
 
 @pytest.mark.parametrize("pods, job_status, kind, final, words", [
     ([pod({"terminated": {"exitCode": 1, "message": json.dumps(VERDICT)}})], {}, "Refused", True, ""),
-    ([pod({"terminated": {"exitCode": 0, "message": json.dumps({**VERDICT, "ok": True, "stage": None})}})], {}, "Passed", True, ""),
+    ([pod({"terminated": {"exitCode": 0, "message": ACCEPTED}})], {}, "Passed", True, ""),
     ([pod({"terminated": {"exitCode": 2, "message": json.dumps({**VERDICT, "stage": None, "error": "no vllm module"})}})], {}, "CouldNotRun", True, "no vllm module"),
     ([pod({"terminated": {"exitCode": 137, "reason": "OOMKilled", "message": ""}})], {}, "CouldNotRun", True, "spec.preflight.resources.memory"),
-    ([pod({"terminated": {"exitCode": 1, "message": "ImportError: libcuda.so"}})], {}, "CouldNotRun", True, "libcuda"),
+    ([pod({"terminated": {"exitCode": 139, "message": "ImportError: libcuda.so"}})], {}, "CouldNotRun", True, "libcuda"),
     ([pod({"waiting": {"reason": "ImagePullBackOff", "message": "back-off"}})], {}, "CouldNotRun", False, "cannot be pulled"),
     ([pod({}, [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/4 nodes"}])], {}, "CouldNotRun", False, "0/4 nodes"),
     ([], {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "too long"}]}, "CouldNotRun", True, "DeadlineExceeded"),
     ([pod({"running": {}})], {}, "Running", False, ""),
+    # The judge exits 0 or 1 only after writing its verdict: without one, the exit is not its word.
+    ([pod({"terminated": {"exitCode": 1, "message": "Traceback ...\nSystemExit: 1"}})], {}, "UnreadableVerdict", True, "no verdict line"),
+    ([pod({"terminated": {"exitCode": 1, "message": ACCEPTED}})], {}, "UnreadableVerdict", True, "contradicts"),
+    ([pod({"terminated": {"exitCode": 3, "message": '{"ok": false, "stage": "integrity", "error": "not the files the operator wrote: vllm_judge.py"}'}})],
+     {}, "JudgeEdited", True, "vllm_judge.py"),
 ])
 def test_job_outcome(pods: list[dict[str, Any]], job_status: dict[str, Any], kind: str, final: bool, words: str) -> None:
-    outcome = job_outcome({"status": job_status}, pods)
+    outcome = job_outcome(job(job_status), pods)
     assert (outcome.kind, outcome.final) == (kind, final) and words in outcome.why
 
 
 def test_a_job_gone_without_a_verdict_could_not_run() -> None:
-    assert job_outcome(None, []).kind == "CouldNotRun"
+    assert job_outcome(None, [pod({"terminated": {"exitCode": 0, "message": ACCEPTED}})]).kind == "CouldNotRun"
+
+
+FORGED = {"terminated": {"exitCode": 0, "message": ACCEPTED}}
+OTHER_COMMAND = copy.deepcopy(JOB["spec"]["template"]["spec"])
+OTHER_COMMAND["containers"][0]["command"] = ["sh", "-c", "echo '{\"ok\": true}' > /dev/termination-log"]
+OTHER_ENV = copy.deepcopy(JOB["spec"]["template"]["spec"])
+OTHER_ENV["containers"][0]["env"].append({"name": "PYTHONPATH", "value": "/tmp"})
+OTHER_VOLUME = copy.deepcopy(JOB["spec"]["template"]["spec"])
+OTHER_VOLUME["volumes"][0]["configMap"]["name"] = "someone-elses-judge"
+
+
+@pytest.mark.parametrize("forged, words", [
+    (pod(FORGED, name="foreign", owner_uid=None, labels={JOB_LABEL: JOB["metadata"]["name"]}), "ownerReference uid"),
+    (pod(FORGED, name="other-owner", owner_uid="another-job-uid"), "ownerReference uid"),
+    (pod(FORGED, name="no-uid-label", labels={JOB_LABEL: JOB["metadata"]["name"]}), "controller-uid label"),
+    (pod(FORGED, name="wrong-uid-label", labels={"controller-uid": "another-job-uid"}), "controller-uid label"),
+    (pod(FORGED, name="copied-owner", spec=OTHER_COMMAND), "command"),
+    (pod(FORGED, name="copied-owner-env", spec=OTHER_ENV), "env"),
+    (pod(FORGED, name="copied-owner-volume", spec=OTHER_VOLUME), "volumes"),
+])
+def test_a_pod_the_job_did_not_make_gives_no_verdict(forged: dict[str, Any], words: str) -> None:
+    """Each alone, or beside the Job's own pod before it ends: named, never read."""
+    alone = job_outcome(job({}), [forged])
+    assert (alone.kind, alone.final) == ("UntrustedPod", False)
+    assert forged["metadata"]["name"] in alone.why and words in alone.why
+    beside = job_outcome(job({}), [forged, pod({"running": {}})])
+    assert beside.kind == "UntrustedPod" and beside.verdict is None
+    # The Job's own pod decides once it ends: the copy cannot hold its verdict back.
+    refused = job_outcome(job({}), [forged, pod({"terminated": {"exitCode": 1, "message": json.dumps(VERDICT)}})])
+    assert refused.kind == "Refused"
+
+
+def test_two_pods_that_both_pass_for_the_jobs_own_give_no_verdict() -> None:
+    """A perfect copy of the Job's pod: backoffLimit 0 makes one pod, so two are a forgery."""
+    both = [pod(FORGED, name="a"), pod({"terminated": {"exitCode": 1, "message": json.dumps(VERDICT)}}, name="b")]
+    outcome = job_outcome(job({}), both)
+    assert (outcome.kind, outcome.final) == ("UntrustedPod", True) and "2 pods claim" in outcome.why
+
+
+def test_a_job_that_completed_without_a_verdict_of_its_own_is_not_trusted() -> None:
+    complete = {"conditions": [{"type": "Complete", "status": "True"}]}
+    foreign = pod(FORGED, name="foreign", owner_uid=None, labels={JOB_LABEL: JOB["metadata"]["name"]})
+    outcome = job_outcome(job(complete), [foreign])
+    assert (outcome.kind, outcome.final) == ("UntrustedPod", True) and "foreign" in outcome.why
+
+
+def test_only_the_judge_container_is_read() -> None:
+    """A sidecar (injected, or added by a copy) that ends with a verdict says nothing."""
+    own = pod({"running": {}})
+    own["status"]["containerStatuses"].append({"name": "sidecar", "state": FORGED})
+    assert job_outcome(job({}), [own]).kind == "Running"
+
+
+DEEP = ['[' * 4000, '{"a":' * 2000, "{" * 4096, '{"ok": true, "memory": ' + '{"m": ' * 50 + "1" + "}" * 51,
+        "[" * 100_000, json.dumps({**VERDICT, "ok": True, "error": "x" * 5000}), "\n".join(["{"] * 3000), "1" * 4096,
+        '{"ok": true, "memory": {"x": 1e999999}}', '{"ok": true, "memory": {"x": NaN}}', "\udcff" * 1000]
+
+
+@pytest.mark.parametrize("message", DEEP, ids=range(len(DEEP)))
+@pytest.mark.parametrize("code", [0, 1])
+def test_a_hostile_termination_message_is_an_unreadable_verdict_never_an_exception(message: str, code: int) -> None:
+    outcome = job_outcome(job({}), [pod({"terminated": {"exitCode": code, "message": message}})])
+    assert (outcome.kind, outcome.verdict) == ("UnreadableVerdict", None)
+    assert outcome.why and len(outcome.why) < 600
+
+
+@pytest.mark.parametrize("message", DEEP, ids=range(len(DEEP)))
+def test_a_hostile_log_tail_of_a_crash_is_bounded(message: str) -> None:
+    outcome = job_outcome(job({}), [pod({"terminated": {"exitCode": 2, "message": message}})])
+    assert outcome.kind == "CouldNotRun" and len(outcome.why) < 600
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    verdict = parse_verdict(json.dumps({**VERDICT, "error": "[[[[[[[[[[{{{{{{{{{{ \\\" [[[[[[[[[["}))
+    assert verdict is not None and verdict.error is not None and verdict.error.startswith("[[[[")
 
 
 REFUSED = Outcome("Refused", parse_verdict(json.dumps(VERDICT)))
@@ -211,7 +316,7 @@ class RefusingKube:
         self.created.append(obj["kind"])
         return obj
 
-    async def delete(self, kind: str, namespace: str, name: str) -> None:
+    async def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
         self.deleted.append(kind)
 
 
@@ -226,3 +331,189 @@ async def test_a_job_the_api_server_refuses_could_not_run(error: Exception, mode
     assert decision.proceed is proceed and decision.preflight.reason == "CouldNotRun"
     assert str(error.status) in decision.preflight.message  # type: ignore[attr-defined]
     assert kube.created == ["ConfigMap"] and kube.deleted == ["ConfigMap"]  # nothing left behind
+
+
+# ---------------------------------------------------------------- what the pod runs is the operator's
+
+
+def test_the_config_map_is_immutable_and_named_by_its_content() -> None:
+    request = request_for(LLAMA)
+    one, other = (preflight_config_map(request, judge, cr_name="sd", namespace="ns") for judge in ("JUDGE", "JUDGE 2"))
+    assert one["immutable"] is True
+    assert one["metadata"]["name"] != other["metadata"]["name"]  # another judge: another ConfigMap, never an edit
+    assert one["metadata"]["name"] == preflight_config_map(request, "JUDGE", cr_name="sd", namespace="ns")["metadata"]["name"]
+    job = preflight_job(LLAMA, request, one, cr_name="sd", namespace="ns")
+    (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == one["metadata"]["name"]
+    # The bootstrap is told the sha256 of every mounted file, at the path it is mounted at.
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    digests = json.loads(command[4])
+    paths = {i["key"]: i["path"] for i in volume["configMap"]["items"]}
+    assert digests == {paths[key]: digest for key, digest in file_digests(one).items()}
+
+
+def _run_container(tmp_path: Path, job: dict[str, Any], config_map: dict[str, Any], *, edit: dict[str, str] | None = None) -> tuple[int, str]:
+    """The Job's container command under this Python, its mount laid out under tmp_path (the
+    ConfigMap's items byte for byte, with `edit` replacing some): (exit code, termination log)."""
+    import subprocess
+    import sys
+
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    mount = container["volumeMounts"][0]["mountPath"]
+    (volume,) = [v for v in pod["volumes"] if "configMap" in v]
+    data = {**config_map["data"], **(edit or {})}
+    for item in volume["configMap"]["items"]:
+        (tmp_path / "mnt" / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "mnt" / item["path"]).write_bytes(data[item["key"]].encode())
+    log = tmp_path / "termination-log"
+    host = {mount: str(tmp_path / "mnt"), container["terminationMessagePath"]: str(log), f"{mount}/request.json": str(tmp_path / "mnt" / "request.json")}
+    command = [sys.executable] + [host.get(arg, arg) for arg in container["command"][1:]]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    return done.returncode, log.read_text() if log.exists() else ""
+
+
+def test_the_bootstrap_runs_the_operators_judge(tmp_path: Path) -> None:
+    """Under a Python without vLLM the real judge runs, from the bytes checked, and says why it
+    cannot judge (exit 2, its own verdict line)."""
+    from specdeploy.preflight import JUDGE_FILE
+
+    request = request_for(LLAMA)
+    config_map = preflight_config_map(request, JUDGE_FILE.read_text(), cr_name="sd", namespace="ns")
+    code, message = _run_container(tmp_path, preflight_job(LLAMA, request, config_map, cr_name="sd", namespace="ns"), config_map)
+    verdict = parse_verdict(message)
+    assert code == 2 and verdict is not None and (verdict.stage, verdict.vllm_version) == (None, "unknown")
+    assert "No module named" in (verdict.error or "")  # the judge's own words: it ran, and found no vLLM stack
+
+
+@pytest.mark.parametrize("key", ["vllm_judge.py", "request.json", "target.config.json"])
+def test_an_edited_file_is_never_run(tmp_path: Path, key: str) -> None:
+    request = request_for(LLAMA)
+    marker = tmp_path / "the-edited-judge-ran"
+    edited_judge = f"open({str(marker)!r}, 'w').write('ran'); print('{{\"ok\": true}}')"
+    config_map = preflight_config_map(request, "raise SystemExit(0)", cr_name="sd", namespace="ns")
+    job = preflight_job(LLAMA, request, config_map, cr_name="sd", namespace="ns")
+    edit = {key: edited_judge if key == "vllm_judge.py" else config_map["data"][key] + " "}
+    code, message = _run_container(tmp_path, job, config_map, edit=edit)
+    outcome = job_outcome(job_with_uid(job), [pod({"terminated": {"exitCode": code, "message": message}}, spec=job["spec"]["template"]["spec"])])
+    assert (code, outcome.kind) == (3, "JudgeEdited") and "not the files the operator wrote" in outcome.why
+    assert not marker.exists()
+
+
+def job_with_uid(job: dict[str, Any]) -> dict[str, Any]:
+    return {**job, "metadata": {**job["metadata"], "uid": JOB_UID}, "status": {}}
+
+
+@pytest.mark.parametrize("outcome, condition, progressing, retries", [
+    (Outcome("UntrustedPod", why="ignored pods not made by the Job: x", final=False), ("Unknown", "UntrustedPod"), ("True", "PreflightRunning"), True),
+    (Outcome("UntrustedPod", why="2 pods claim to be the one pod of Job j"), ("Unknown", "UntrustedPod"), ("True", "PreflightRunning"), True),
+    (Outcome("JudgeEdited", why="not the files the operator wrote: vllm_judge.py"), ("Unknown", "JudgeEdited"), ("True", "PreflightRunning"), True),
+    (Outcome("UntrustedJob", why="not ours", final=False), ("False", "UntrustedJob"), ("False", "PreflightHeld"), True),
+    (Outcome("UnreadableVerdict", why="a line nests deeper than 8 levels"), ("False", "UnreadableVerdict"), ("False", "PreflightHeld"), False),
+])
+@pytest.mark.parametrize("mode", ["BestEffort", "Required"])
+def test_no_verdict_from_what_the_operator_did_not_make_in_any_mode(outcome: Outcome, condition: tuple[str, str],
+                                                                    progressing: tuple[str, str], retries: bool, mode: str) -> None:
+    decision = gate.decide(outcome, request_for(LLAMA), mode=mode, job="j", fast_version="0.0.1")
+    assert decision.proceed is False
+    assert (decision.preflight.status, decision.preflight.reason) == condition and outcome.why in decision.preflight.message
+    assert decision.progressing is not None and (decision.progressing.status, decision.progressing.reason) == progressing
+    assert bool(decision.retry) is retries
+    assert decision.status is not None and decision.status["outcome"] == outcome.kind
+
+
+def test_a_claimed_verdict_leaves_no_version_in_status() -> None:
+    """status.preflight.vllmVersion picks the rule set (judged_version): only the judge's own word."""
+    forged = Outcome("UnreadableVerdict", parse_verdict(json.dumps({**VERDICT, "ok": True, "vllmVersion": "0.1.0"})), "contradicts")
+    decision = gate.decide(forged, request_for(LLAMA), mode="BestEffort", job="j", fast_version=None)
+    assert decision.status is not None and "vllmVersion" not in decision.status and "stage" not in decision.status
+    assert gate.judged_version(LLAMA, {"preflight": decision.status}) is None
+
+
+class LiveKube:
+    """One live Job and its pods, as the API server would return them; what was deleted."""
+
+    def __init__(self, job: dict[str, Any] | None, pods: list[dict[str, Any]]):
+        self.job, self.pods, self.deleted, self.calls = job, pods, [], 0
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls += 1
+        return self.job
+
+    async def list(self, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+        self.calls += 1
+        return self.pods
+
+    async def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        self.deleted.append((kind, name, uid))
+
+
+CR_UID = "cr-uid"
+
+
+def live_job(*, owner_uid: str = CR_UID, command: list[str] | None = None) -> dict[str, Any]:
+    from specdeploy.controller.preflight import judge_source
+
+    request = request_for(LLAMA)
+    config_map = preflight_config_map(request, judge_source(), cr_name="sd", namespace="ns")
+    job = job_with_uid(preflight_job(LLAMA, request, config_map, cr_name="sd", namespace="ns"))
+    job["metadata"]["ownerReferences"] = [{"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "name": "sd",
+                                           "uid": owner_uid, "controller": True}]
+    if command is not None:
+        job["spec"]["template"]["spec"]["containers"][0]["command"] = command
+    return job
+
+
+async def check(kube: LiveKube, status: dict[str, Any] | None = None) -> Any:
+    return await gate.PreflightGate(kube, logging.getLogger("test")).check(  # type: ignore[arg-type]
+        LLAMA, request_for(LLAMA), name="sd", namespace="ns", status=status or {}, owner={"uid": CR_UID}, fast_version=None)
+
+
+def own_pod(job: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    return pod(state, spec=job["spec"]["template"]["spec"])
+
+
+async def test_a_job_this_cr_does_not_own_is_not_read() -> None:
+    """A Job at the preflight's name made by someone else (or for an earlier CR of that name)."""
+    job = live_job(owner_uid="another-cr")
+    kube = LiveKube(job, [own_pod(job, FORGED)])
+    decision = await check(kube)
+    assert (decision.preflight.reason, decision.proceed) == ("UntrustedJob", False) and kube.deleted == []
+
+
+async def test_a_job_that_runs_another_template_is_made_again() -> None:
+    job = live_job(command=["python3", "/preflight/vllm_judge.py", "/preflight/request.json"])
+    kube = LiveKube(job, [own_pod(job, FORGED)])
+    decision = await check(kube)
+    assert decision.preflight.reason == "Running" and not decision.proceed
+    assert [(kind, uid) for kind, _, uid in kube.deleted] == [("Job", JOB_UID), ("ConfigMap", None)]
+
+
+async def test_an_edited_judge_makes_the_job_again() -> None:
+    job = live_job()
+    tampered = {"terminated": {"exitCode": 3, "message": '{"ok": false, "stage": "integrity", "error": "not the files the operator wrote: vllm_judge.py"}'}}
+    kube = LiveKube(job, [own_pod(job, tampered)])
+    decision = await check(kube)
+    assert decision.preflight.reason == "JudgeEdited" and decision.retry
+    assert [kind for kind, _, _ in kube.deleted] == ["Job", "ConfigMap"]
+
+
+async def test_an_unreadable_verdict_is_kept_and_holds_the_workload_without_reading_again() -> None:
+    job = live_job()
+    kube = LiveKube(job, [own_pod(job, {"terminated": {"exitCode": 0, "message": "[" * 4000}})])
+    decision = await check(kube)
+    assert (decision.preflight.reason, decision.retry) == ("UnreadableVerdict", None)
+    assert [kind for kind, _, _ in kube.deleted] == ["ConfigMap"]  # the Job stays for its logs
+    calls = kube.calls
+    again = await check(kube, {"preflight": decision.status})
+    assert (again.preflight.reason, again.proceed, kube.calls) == ("UnreadableVerdict", False, calls)
+
+
+def test_every_outcome_can_be_kept_in_status() -> None:
+    """status.preflight.outcome is an enum in the CRD: an outcome it lacks is a refused write."""
+    from typing import get_args
+
+    from specdeploy.api.status import PreflightStatus
+    from specdeploy.preflight.outcome import Kind
+
+    assert set(get_args(Kind)) == set(get_args(PreflightStatus.model_fields["outcome"].annotation))

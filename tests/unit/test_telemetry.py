@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy.telemetry import Counters, Window, analyse, expected_tokens, parse_counters, speedup
-from specdeploy.telemetry.metrics import MetricsError
+from specdeploy.telemetry.metrics import MetricsError, parse_sample
 from specdeploy.telemetry.model import (
     COLLAPSE_ACCEPTANCE_RATE,
     DEFAULT_DRAFT_COST,
@@ -17,6 +17,7 @@ from specdeploy.telemetry.model import (
     geometric_acceptance,
 )
 from specdeploy.telemetry.report import speculation_status
+from specdeploy.telemetry.window import NotARestart
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 
@@ -162,8 +163,52 @@ def test_window_sums_pods_and_forgets_old_samples() -> None:
     assert w.increase(400) == Counters() and w.pods == []
 
 
-def test_window_treats_a_counter_drop_as_a_restart() -> None:
+def test_window_counts_a_restart_when_the_process_start_time_moves_on() -> None:
     w = Window(seconds=600)
-    w.observe("a", 0, Counters(100, 300, 200, (90, 70, 40)))
-    assert w.observe("a", 60, Counters(5, 15, 6, (4, 2, 0)))  # the pod restarted: 5 drafts since
+    w.observe("a", 0, Counters(100, 300, 200, (90, 70, 40)), started=1000.0)
+    assert w.observe("a", 60, Counters(5, 15, 6, (4, 2, 0)), started=1050.0)  # a new process: 5 drafts since
     assert w.increase(60) == Counters(5, 15, 6, (4, 2, 0))
+    # A new process that already counted more than the old one had: all of it is new.
+    assert w.observe("a", 120, Counters(500, 1500, 600, (300, 200, 100)), started=1100.0)
+    assert w.increase(120) == Counters(505, 1515, 606, (304, 202, 100))
+
+
+@pytest.mark.parametrize("before, after, words", [
+    (1000.0, 1000.0, "process_start_time_seconds did not change: not a restart"),
+    (1000.0, 900.0, "process_start_time_seconds went back: not a restart"),
+    (None, None, "the server exports no process_start_time_seconds"),
+    (1000.0, None, "the server exports no process_start_time_seconds"),
+])
+def test_a_count_that_goes_down_in_the_same_process_is_not_counted(before: float | None, after: float | None, words: str) -> None:
+    w = Window(seconds=600)
+    w.observe("a", 0, Counters(100, 300, 200, (90, 70, 40)), started=before)
+    with pytest.raises(NotARestart, match=words) as refused:
+        w.observe("a", 60, Counters(100, 300, 200, (90, 70, 1)), started=after)  # only one position went down
+    assert "accepted_tokens_per_pos[2]" in str(refused.value)
+    # Nothing recorded: the last good sample stays the baseline.
+    assert w.observe("a", 120, Counters(110, 330, 210, (95, 75, 40)), started=before)
+    assert w.increase(120) == Counters(10, 30, 10, (5, 5, 0))
+
+
+def test_counters_that_fall_on_every_scrape_count_nothing() -> None:
+    """A pod whose counters swing between 60 000 and 1 on every scrape, its start time still:
+    before, each fall counted as a restart and each rise as new drafts (2.94 M drafts in 100
+    scrapes here; 5.9 M and "Effective 2.21x" in the issue); now every low sample is refused
+    and the high ones count what really moved: nothing."""
+    w = Window(seconds=6000)
+    high, low = Counters(60_000, 180_000, 150_000, (55_000, 50_000, 45_000)), Counters(1, 3, 3, (1, 1, 1))
+    refused = 0
+    for scrape in range(100):
+        try:
+            w.observe("swing", scrape * 2.0, low if scrape % 2 else high, started=1000.0)
+        except NotARestart:
+            refused += 1
+    assert refused == 50 and w.increase(200.0).drafts == 0 and w.increase(200.0) == Counters(0, 0, 0, (0, 0, 0))
+
+
+def test_parse_sample_reads_vllms_process_start_time() -> None:
+    sample = parse_sample((FIXTURES / "vllm-0.32.0-ngram-k3.txt").read_text())
+    assert sample.started == pytest.approx(1.79627992782e9)
+    with pytest.raises(MetricsError, match="process_start_time_seconds is nan"):
+        parse_sample((FIXTURES / "vllm-0.32.0-ngram-k3.txt").read_text().replace("process_start_time_seconds 1.79627992782e+09",
+                                                                                 "process_start_time_seconds NaN"))

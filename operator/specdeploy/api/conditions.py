@@ -66,6 +66,12 @@ class Reason:
     RUNNING = "Running"
     COULD_NOT_RUN = "CouldNotRun"
     DISABLED = "Disabled"
+    # No verdict is taken from what the operator did not make (controller/preflight.py, preflight/outcome.py);
+    # each holds the workload in every mode.
+    UNTRUSTED_POD = "UntrustedPod"  # a pod claims the Job's verdict but the Job did not make it
+    UNTRUSTED_JOB = "UntrustedJob"  # the Job at the preflight's name is not owned by this CR
+    JUDGE_EDITED = "JudgeEdited"  # a mounted file is not the one the operator wrote: the Job is made again
+    UNREADABLE_VERDICT = "UnreadableVerdict"  # the termination message is beyond what the judge writes
     # Available
     REPLICAS_READY = "ReplicasReady"
     NO_REPLICAS_READY = "NoReplicasReady"
@@ -91,6 +97,9 @@ REASONS: Final[frozenset[str]] = frozenset(v for k, v in vars(Reason).items() if
 # Progressing reasons that mean the operator cannot make progress on its own (kstatus Stalled).
 STUCK_REASONS: Final[frozenset[str]] = frozenset({Reason.APPLY_FAILED, Reason.INVALID_CHILD_NAMES, Reason.RECONCILE_ERROR,
                                                         Reason.PREFLIGHT_HELD, Reason.PREFLIGHT_NEEDED})
+# Preflight reasons posted as a Warning Event when the condition takes them (not at every poll).
+PREFLIGHT_WARNINGS: Final[frozenset[str]] = frozenset({Reason.COULD_NOT_RUN, Reason.UNTRUSTED_POD, Reason.UNTRUSTED_JOB,
+                                                        Reason.JUDGE_EDITED, Reason.UNREADABLE_VERDICT})
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,11 @@ class PreflightStatus(SpecModel):
     key: str = Field(description="sha256 of the image, the rendered vLLM args, the models' configs and the GPU memory judged.", max_length=64)
     image: str = Field(description="The image the preflight Job ran (spec.image).", max_length=512)
     job: str = Field(description="The preflight Job's name.", max_length=253)
-    outcome: Literal["Running", "Passed", "Refused", "CouldNotRun"] = Field(description="Running, Passed (vLLM accepted the args), Refused (vLLM refused them) or CouldNotRun (the Job could not run: image pull, capacity, deadline, a judge error).")
+    outcome: Literal["Running", "Passed", "Refused", "CouldNotRun", "UntrustedPod", "UntrustedJob", "JudgeEdited", "UnreadableVerdict"] = Field(
+        description="Running, Passed (vLLM accepted the args), Refused (vLLM refused them), CouldNotRun (the Job could not run: image pull, "
+                    "capacity, deadline, a judge error); or no verdict: UntrustedPod (a pod the Job did not make claims one), UntrustedJob "
+                    "(the Job at this name is not this object's), JudgeEdited (a mounted file is not the operator's: the Job is made again), "
+                    "UnreadableVerdict (the termination message is beyond what the judge writes).")
     stage: str | None = Field(None, description="Where vLLM refused: args, config, load or memory.", max_length=32)
     message: str | None = Field(None, description="vLLM's own error text, or why the Job could not run.", max_length=4096)
     vllm_version: str | None = Field(None, description="vllm.__version__ inside the image: it replaces the image tag's guess for later judgements of this object.", max_length=128)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from specdeploy.api.conditions import (
-    AVAILABLE, CONDITION_TYPES, PREFLIGHT, PROGRESSING, READY, RECONCILING, SPEC_CONDITIONS, STALLED, STUCK_REASONS,
-    UNKNOWN, VALIDATED, Reason, Verdict,
+    AVAILABLE, CONDITION_TYPES, PREFLIGHT, PREFLIGHT_WARNINGS, PROGRESSING, READY, RECONCILING, SPEC_CONDITIONS, STALLED,
+    STUCK_REASONS, UNKNOWN, VALIDATED, Reason, Verdict,
 )
 from specdeploy.api.status import Condition
 
@@ -172,8 +172,8 @@ def condition_events(previous: list[dict[str, Any]], current: list[dict[str, Any
         stale = cond["reason"] == Reason.CONFIG_REFRESH_RETRYING
         if kind == VALIDATED and stale and (old or {}).get("reason") != Reason.CONFIG_REFRESH_RETRYING:
             events.append(("Warning", cond["reason"], message))
-        elif kind == PREFLIGHT and cond["reason"] == Reason.COULD_NOT_RUN and (old or {}).get("reason") != Reason.COULD_NOT_RUN:
-            events.append(("Warning", cond["reason"], message))  # Unknown (BestEffort) or False (Required)
+        elif kind == PREFLIGHT and cond["reason"] in PREFLIGHT_WARNINGS and (old or {}).get("reason") != cond["reason"]:
+            events.append(("Warning", cond["reason"], message))  # CouldNotRun: Unknown (BestEffort) or False (Required)
         elif old is None or old.get("status") != status:
             events += _transition_event(kind, status, old, cond["reason"], message)
     return events

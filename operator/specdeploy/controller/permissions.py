@@ -38,8 +38,9 @@ PERMISSIONS: tuple[Permission, ...] = (
     # preflight's ConfigMap (the judge, its request and the configs read), deleted once judged.
     Permission("", "configmaps", ("get", "create", "delete")),
     # The preflight Job (controller/preflight.py): started once per image + args + configs, read
-    # until it ends; its TTL removes it.
-    Permission("batch", "jobs", ("get", "create")),
+    # until it ends; its TTL removes it. delete: a Job whose judge was edited, whose pod cannot be
+    # told from a copy, or that runs another template than the operator's, is made again.
+    Permission("batch", "jobs", ("get", "create", "delete")),
     # Leader election (two replicas, one active): the Lease in the operator's namespace.
     # The renewal is a merge patch carrying the resourceVersion it read (controller/leader.py).
     Permission("coordination.k8s.io", "leases", ("get", "create", "patch")),

@@ -4,6 +4,9 @@ first GPU workload of a new (image, args, configs, GPU) combination.
 `PreflightGate.check` starts the Job (with its ConfigMap) once per combination, reads its
 outcome from the Job and its pod, and keeps the verdict in `status.preflight`, keyed by the
 request's digest: a resync or an operator restart finds it there and starts no second Job.
+Only the Job this CR owns (by uid) that runs what the operator renders is read, and only its
+own pod (preflight/outcome.py); a Job whose judge was edited, or whose pod cannot be told from
+a copy, is deleted and made again.
 `decide` (pure) turns an outcome and `spec.preflight.mode` into what the reconcile does.
 The reconcile polls a running Job through kopf's retry (backoff kind "preflight").
 """
@@ -23,7 +26,7 @@ from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryEr
 from specdeploy.controller.metrics import METRICS
 from specdeploy.preflight import JUDGE_FILE
 from specdeploy.preflight.job import CONFIG_MAP_LIMIT_BYTES, JOB_LABEL, config_map_bytes, preflight_config_map, preflight_job, preflight_name
-from specdeploy.preflight.outcome import RUNNING, JudgeVerdict, Outcome, job_outcome
+from specdeploy.preflight.outcome import RUNNING, JudgeVerdict, Outcome, config_map_of, job_outcome, owned_by, template_differs
 from specdeploy.preflight.request import JudgeRequest
 
 # Operator-wide switch (chart: extraEnv): "false" runs no preflight Job for any CR, as on a
@@ -31,6 +34,8 @@ from specdeploy.preflight.request import JudgeRequest
 PREFLIGHT_ENV = "SPECDEPLOY_PREFLIGHT"
 # The judge's stage -> the finding stage whose condition it decides.
 _FINDING_STAGE = {"args": "spec", "config": "pair", "load": "load", "memory": "plan"}
+# Outcomes after which the Job (and its ConfigMap) is deleted and made again at the next poll.
+_REMADE = ("JudgeEdited", "UntrustedPod")
 
 
 @lru_cache(maxsize=1)
@@ -64,7 +69,8 @@ class Decision:
 
 
 def _record(request: JudgeRequest, job: str, outcome: Outcome) -> dict[str, Any]:
-    verdict = outcome.verdict
+    # Only the judge's own word is kept (its vllmVersion picks the rule set: judged_version).
+    verdict = outcome.verdict if outcome.kind in ("Passed", "Refused", "CouldNotRun") else None
     # A pod that may still run (an image pull backing off, waiting for a node) is not a final
     # outcome: recorded as Running, so the next reconcile reads the Job again.
     kind = outcome.kind if outcome.final or outcome.kind != "CouldNotRun" else "Running"
@@ -94,6 +100,8 @@ def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast
         message = f"Job {job} runs {where} on the exact args (no GPU); the workload waits for its verdict"
         return Decision(False, Verdict("Unknown", Reason.RUNNING, message), status,
                         progressing=Verdict("True", Reason.PREFLIGHT_RUNNING, message), retry=f"preflight Job {job} is running")
+    if outcome.kind != "CouldNotRun":
+        return _distrusted(outcome, job, status)
     if mode == "BestEffort":
         message = f"the preflight Job {job} could not run: {outcome.why}; proceeding on the fast rules (spec.preflight.mode BestEffort)"
         return Decision(True, Verdict("Unknown", Reason.COULD_NOT_RUN, message), {**status, "outcome": "CouldNotRun"})
@@ -103,13 +111,37 @@ def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast
                     retry=None if outcome.final else f"preflight Job {job}: {outcome.why}")
 
 
+def _distrusted(outcome: Outcome, job: str, status: dict[str, Any]) -> Decision:
+    """No verdict from what the operator did not make, or cannot read, in any mode: BestEffort
+    is for a cluster that cannot run the Job, not for a verdict someone else wrote."""
+    retry = f"preflight Job {job}: {outcome.kind}"
+    if outcome.kind == "UnreadableVerdict":
+        message = (f"the verdict of Job {job} cannot be read: {outcome.why}; no workload in any mode "
+                   "(an image or spec change judges again)")
+        return Decision(False, Verdict("False", Reason.UNREADABLE_VERDICT, message), status,
+                        progressing=Verdict("False", Reason.PREFLIGHT_HELD, message))
+    if outcome.kind == "UntrustedJob":
+        message = f"Job {job} is not this SpeculativeDeployment's ({outcome.why}): no verdict is read from it; the workload waits until it is gone"
+        return Decision(False, Verdict("False", Reason.UNTRUSTED_JOB, message), status,
+                        progressing=Verdict("False", Reason.PREFLIGHT_HELD, message), retry=retry)
+    reason = Reason.JUDGE_EDITED if outcome.kind == "JudgeEdited" else Reason.UNTRUSTED_POD
+    if outcome.kind == "JudgeEdited":
+        message = f"the judge Job {job} ran is not the one the operator wrote ({outcome.why}): no verdict; the Job is made again"
+    elif outcome.final:
+        message = f"Job {job} gave no verdict of its own ({outcome.why}): the Job is made again"
+    else:
+        message = f"Job {job} runs; {outcome.why}: no verdict is read from them, the workload waits for the Job's own pod"
+    return Decision(False, Verdict("Unknown", reason, message), status,
+                    progressing=Verdict("True", Reason.PREFLIGHT_RUNNING, message), retry=retry)
+
+
 def _cached(status: Mapping[str, Any], request: JudgeRequest) -> Outcome | None:
     """The outcome status.preflight keeps for this request (None: not judged yet, or running)."""
     cached = status.get("preflight") or {}
-    if cached.get("key") != request.key or cached.get("outcome") not in ("Passed", "Refused", "CouldNotRun"):
+    if cached.get("key") != request.key or cached.get("outcome") not in ("Passed", "Refused", "CouldNotRun", "UnreadableVerdict"):
         return None
     kind = cached["outcome"]
-    if kind == "CouldNotRun":
+    if kind in ("CouldNotRun", "UnreadableVerdict"):
         return Outcome(kind, why=cached.get("message", ""))
     verdict = JudgeVerdict(kind == "Passed", cached.get("stage"), cached.get("message"), cached.get("vllmVersion"), cached.get("memory"))
     return Outcome(kind, verdict)
@@ -153,33 +185,61 @@ class PreflightGate:
             decision = decide(cached, request, mode=mode, job=(status.get("preflight") or {}).get("job", job), fast_version=fast_version)
             decision.status, decision.events = None, []
             return decision
-        outcome = await self._outcome(request, job, name=name, namespace=namespace, owner=owner, spec=spec)
+        config_map = preflight_config_map(request, judge_source(), cr_name=name, namespace=namespace)
+        rendered = preflight_job(spec, request, config_map, cr_name=name, namespace=namespace)
+        live = await self.kube.get("Job", namespace, job)
+        if live is None:
+            outcome = await self._start(config_map, rendered, owner=owner, image=request.image)
+        else:
+            outcome = await self._read(live, rendered, owner=owner)
         decision = decide(outcome, request, mode=mode, job=job, fast_version=fast_version)
         if outcome.kind == "Refused" and outcome.verdict is not None:
             METRICS.preflight_disagreements.labels(outcome.verdict.stage or "unknown").inc()
-        if decision.status is not None and decision.status.get("outcome") != "Running":
-            await self.kube.delete("ConfigMap", namespace, job)  # its Job is done with it
+        if live is not None and outcome.final and outcome.kind != "UntrustedJob":
+            await self._done_with(live, remake=outcome.kind in _REMADE)
         return decision
 
-    async def _outcome(self, request: JudgeRequest, job: str, *, name: str, namespace: str, owner: dict[str, Any],
-                       spec: SpeculativeDeploymentSpec) -> Outcome:
-        live = await self.kube.get("Job", namespace, job)
-        if live is None:
-            config_map = preflight_config_map(request, judge_source(), cr_name=name, namespace=namespace)
-            size = config_map_bytes(config_map)
-            if size > CONFIG_MAP_LIMIT_BYTES:
-                return Outcome("CouldNotRun", why=f"the models' configs and the judge take {size} bytes, over a ConfigMap's {CONFIG_MAP_LIMIT_BYTES}")
-            for child in (config_map, preflight_job(spec, request, cr_name=name, namespace=namespace)):
-                child["metadata"]["ownerReferences"] = [owner]
-                refused = await self._create(child)
-                if refused is not None:
-                    return Outcome("CouldNotRun", why=refused)
-            self.logger.info("Created preflight Job %s/%s for image %s", namespace, job, request.image)
+    async def _start(self, config_map: dict[str, Any], job: dict[str, Any], *, owner: dict[str, Any], image: str) -> Outcome:
+        """Create the ConfigMap and the Job (owned by the CR): Running, or why they could not be."""
+        size = config_map_bytes(config_map)
+        if size > CONFIG_MAP_LIMIT_BYTES:
+            return Outcome("CouldNotRun", why=f"the models' configs and the judge take {size} bytes, over a ConfigMap's {CONFIG_MAP_LIMIT_BYTES}")
+        for child in (config_map, job):
+            child["metadata"]["ownerReferences"] = [owner]
+            refused = await self._create(child)
+            if refused is not None:
+                if child is job:  # nothing left behind
+                    await self.kube.delete("ConfigMap", config_map["metadata"]["namespace"], config_map["metadata"]["name"])
+                return Outcome("CouldNotRun", why=refused)
+        meta = job["metadata"]
+        self.logger.info("Created preflight Job %s/%s for image %s", meta["namespace"], meta["name"], image)
+        return RUNNING
+
+    async def _read(self, live: dict[str, Any], rendered: dict[str, Any], *, owner: dict[str, Any]) -> Outcome:
+        """The outcome of the live Job: only when this CR owns it (by uid) and it runs what the
+        operator renders now (else it is deleted, and made again at the next poll)."""
+        meta = live.get("metadata") or {}
+        if not owned_by(live, owner.get("uid")):
+            return Outcome("UntrustedJob", why=f"its controller ownerReference does not name uid {owner.get('uid')}", final=False)
+        stale = template_differs(live, rendered)
+        if stale is not None:
+            self.logger.info("Replacing preflight Job %s/%s: %s", meta.get("namespace"), meta.get("name"), stale)
+            await self._done_with(live, remake=True)
             return RUNNING
-        # The emulator ignores label selectors: keep only this Job's pods.
-        pods = [p for p in await self.kube.list("Pod", namespace, f"{JOB_LABEL}={job}")
-                if ((p.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL) == job]
+        # The emulator ignores label selectors: keep only the pods that carry this Job's label.
+        pods = [p for p in await self.kube.list("Pod", meta["namespace"], f"{JOB_LABEL}={meta['name']}")
+                if ((p.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL) == meta["name"]]
         return job_outcome(live, pods)
+
+    async def _done_with(self, live: dict[str, Any], *, remake: bool) -> None:
+        """Delete the Job's ConfigMap (its verdict is in status); with `remake`, the Job too (by
+        its uid, with its pods): the next poll makes a new one."""
+        meta = live.get("metadata") or {}
+        if remake:
+            await self.kube.delete("Job", meta["namespace"], meta["name"], uid=meta.get("uid"))
+        config_map = config_map_of(live)
+        if config_map:
+            await self.kube.delete("ConfigMap", meta["namespace"], config_map)
 
     async def _create(self, child: dict[str, Any]) -> str | None:
         """Create `child`; why the API server refused it for good (403: RBAC or a quota, 422:

@@ -7,7 +7,14 @@ puts a finalizer on objects with timers or daemons, and this operator keeps dele
 finalizers (docs/install.md). The objects come from a watch-event handler; the loop runs as an
 asyncio task from startup to cleanup: its API calls are the operator's asyncio client, and the
 pods' /metrics reads are bounded asyncio reads (`controller.scrape`: only the workload's own pods,
-a byte limit and a total deadline per read), at most 8 at a time; parsing runs in a thread.
+a byte limit and a total deadline per read); parsing runs in a thread.
+
+Each object's round (list its pods, read them, write its status) is a task of its own: at every
+interval the loop starts a round for each object whose last round has ended, so a slow object
+delays only its own next round. Its reads together have one deadline (twice
+SPECDEPLOY_METRICS_TIMEOUT_S: a read, and as long to wait for a slot) within the operator-wide
+cap of MAX_PARALLEL_SCRAPES reads at a time (what bounds the bytes in memory), of which one
+object holds at most half: one slow object costs another at most its own deadline.
 
 The rules (parsing, the window, the goodput model, the verdict) are in `specdeploy.telemetry`;
 this module only fetches, remembers the window between scrapes, and writes.
@@ -45,7 +52,7 @@ from specdeploy.telemetry.auto_k import KChange, decide_k
 from specdeploy.telemetry.metrics import MetricsError, Sample, parse_sample
 from specdeploy.telemetry.model import Analysis, draft_cost
 from specdeploy.telemetry.report import load_summary, speculation_status
-from specdeploy.telemetry.window import LoadWindow
+from specdeploy.telemetry.window import LoadWindow, NotARestart
 
 INTERVAL_ENV = "SPECDEPLOY_TELEMETRY_INTERVAL_S"
 WINDOW_ENV = "SPECDEPLOY_TELEMETRY_WINDOW_S"
@@ -53,7 +60,8 @@ DEFAULT_INTERVAL_S = 60.0
 DEFAULT_WINDOW_S = 600.0
 INTERVAL = Number(INTERVAL_ENV, DEFAULT_INTERVAL_S, minimum=0, exclusive=True)
 WINDOW = Number(WINDOW_ENV, DEFAULT_WINDOW_S, minimum=0, exclusive=True)
-MAX_PARALLEL_SCRAPES = 8
+MAX_PARALLEL_SCRAPES = 8  # reads at a time, operator-wide (each holds up to MAX_BYTES)
+MAX_OBJECT_SCRAPES = MAX_PARALLEL_SCRAPES // 2  # of which one object's: never every slot
 CONDITION = SPECULATION_EFFECTIVE
 _K_FINDINGS = ("k-auto", "k-default")  # the plan's word on why k is what it is
 
@@ -156,6 +164,8 @@ class Telemetry:
         self.budget_s = budget_s if budget_s is not None else reconcile_budget()
         self._lock = threading.Lock()
         self._tracked: dict[tuple[str, str], _Tracked] = {}
+        self._rounds: dict[tuple[str, str], asyncio.Task[None]] = {}  # each object's round in flight
+        self._reads = asyncio.Semaphore(MAX_PARALLEL_SCRAPES)
 
     def track(self, body: Mapping[str, Any], deleted: bool) -> None:
         meta = body.get("metadata") or {}
@@ -169,18 +179,37 @@ class Telemetry:
             else:
                 self._tracked[key] = _Tracked(slim, Window(self.window_s))
 
-    async def tick(self, now_s: float | None = None) -> None:
-        """One scrape of every tracked object (the loop calls it once per interval)."""
+    def tick(self, now_s: float | None = None) -> list[asyncio.Task[None]]:
+        """Start a round for every tracked object whose last round has ended (the loop calls it
+        once per interval); an object still in its round is left to it. The rounds started."""
         now_s = time.time() if now_s is None else now_s
         with self._lock:
             items = list(self._tracked.items())
+        for key in [k for k, task in self._rounds.items() if task.done()]:
+            del self._rounds[key]
+        started = []
         for key, tracked in items:
-            try:
-                await self.observe(tracked, now_s)
-            except (KubeTemporaryError, KubePermanentError) as exc:
-                self.logger.warning("telemetry for %s/%s: %s", *key, exc)
-            except Exception:  # one object's odd status must not stop the others' telemetry
-                self.logger.exception("telemetry for %s/%s failed", *key)
+            if key not in self._rounds:
+                task = asyncio.create_task(self._round(key, tracked, now_s), name=f"specdeploy-telemetry {key[0]}/{key[1]}")
+                self._rounds[key] = task
+                started.append(task)
+        return started
+
+    async def _round(self, key: tuple[str, str], tracked: _Tracked, now_s: float) -> None:
+        try:
+            await self.observe(tracked, now_s)
+        except (KubeTemporaryError, KubePermanentError) as exc:
+            self.logger.warning("telemetry for %s/%s: %s", *key, exc)
+        except Exception:  # one object's odd status must not stop the others' telemetry
+            self.logger.exception("telemetry for %s/%s failed", *key)
+
+    async def close(self) -> None:
+        """Cancel the rounds in flight (at cleanup)."""
+        rounds = list(self._rounds.values())
+        for task in rounds:
+            task.cancel()
+        await asyncio.gather(*rounds, return_exceptions=True)
+        self._rounds.clear()
 
     async def observe(self, tracked: _Tracked, now_s: float) -> dict[str, Any] | None:
         """Scrape one object's pods; returns the status patch it wrote, if any."""
@@ -270,19 +299,7 @@ class Telemetry:
         targets = scrape_targets(await list_owned_pods(self.kube, namespace, name, workload_kind, workload_name))
         skipped = [(pod, why) for pod, url, why in targets if url is None]
         wanted = [(pod, url) for pod, url, _ in targets if url is not None]
-        slots = asyncio.Semaphore(MAX_PARALLEL_SCRAPES)
-        max_bytes, timeout_s = MAX_BYTES.get_int(), TIMEOUT_S.get()
-
-        async with session() as client:
-            async def read_one(url: str) -> tuple[Any, str | None]:
-                async with slots:
-                    try:
-                        body = await read_metrics(client, url, max_bytes=max_bytes, timeout_s=timeout_s)
-                    except ScrapeError as exc:
-                        return None, str(exc)
-                return await asyncio.to_thread(_parse, body)
-
-            results = await asyncio.gather(*(read_one(url) for _, url in wanted))
+        results = await self._read_all([url for _, url in wanted])
         moved, read = False, 0
         for (pod, _), (sample, why) in zip(wanted, results):
             if sample is None:
@@ -292,11 +309,39 @@ class Telemetry:
             if tracked.k and counters.num_speculative_tokens != tracked.k:
                 skipped.append((pod, f"runs k={counters.num_speculative_tokens}, the plan k={tracked.k} (rolling out)"))
                 continue
+            try:
+                moved = tracked.window.observe(pod, now_s, counters, sample.started) or moved
+            except NotARestart as exc:
+                skipped.append((pod, str(exc)))
+                continue
             read += 1
-            moved = tracked.window.observe(pod, now_s, counters) or moved
             tracked.load.observe(now_s, sample.running)
         self._log_skips(tracked, namespace, skipped)
         return moved, sorted(skipped), read
+
+    async def _read_all(self, urls: list[str]) -> list[tuple[Sample | None, str | None]]:
+        """(sample, None) or (None, why) per URL. Each read has its own timeout; together they
+        have the object's deadline (twice that: one read, and as long to wait for a slot of its
+        object's and of the operator's); the reads it cuts off say so."""
+        ours, max_bytes, timeout_s = asyncio.Semaphore(MAX_OBJECT_SCRAPES), MAX_BYTES.get_int(), TIMEOUT_S.get()
+        if not urls:
+            return []
+        async with session() as client:
+            async def read_one(url: str) -> tuple[Sample | None, str | None]:
+                async with ours, self._reads:
+                    try:
+                        body = await read_metrics(client, url, max_bytes=max_bytes, timeout_s=timeout_s)
+                    except ScrapeError as exc:
+                        return None, str(exc)
+                return await asyncio.to_thread(_parse, body)
+
+            tasks = [asyncio.create_task(read_one(url)) for url in urls]
+            done, pending = await asyncio.wait(tasks, timeout=2 * timeout_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        late = f"not read within this object's scrape deadline of {2 * timeout_s:g} s (its reads wait for a free slot)"
+        return [task.result() if task in done else (None, late) for task in tasks]
 
     def _log_skips(self, tracked: _Tracked, namespace: str, skipped: list[tuple[str, str]]) -> None:
         """One INFO line per pod and reason (a hostile or broken pod would otherwise log at every
@@ -448,9 +493,10 @@ def register(registry: kopf.OperatorRegistry) -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            await memo.telemetry.close()
 
 
 async def _loop(telemetry: Telemetry, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
-        await telemetry.tick()
+        telemetry.tick()

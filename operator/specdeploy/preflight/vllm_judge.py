@@ -358,7 +358,9 @@ class Request:
     gpu: dict[str, int] | None = None
 
     @classmethod
-    def from_dict(cls, data: Any) -> "Request":
+    def from_dict(cls, data: Any, base: Path | None = None) -> "Request":
+        """`base`: the directory a relative model directory is read from (the request file's: the
+        Job's request names the mounted `models/<role>` next to it, wherever it is mounted)."""
         if not isinstance(data, dict):
             raise JudgeError("request: a JSON object with 'args', 'models' and 'gpu' is required")
         args, models, gpu = data.get("args"), data.get("models", {}), data.get("gpu")
@@ -369,10 +371,11 @@ class Request:
         if gpu is not None and not (isinstance(gpu, dict) and isinstance(gpu.get("memoryBytes"), int)
                                     and isinstance(gpu.get("count", 1), int) and gpu["memoryBytes"] > 0):
             raise JudgeError("request.gpu: null or {'memoryBytes': int > 0, 'count': int}")
+        models = {name: str((base or Path()) / directory) for name, directory in models.items()}
         for name, directory in models.items():
             if not (Path(directory) / "config.json").is_file():
                 raise JudgeError(f"request.models[{name!r}]: no config.json in {directory}")
-        return cls(args, dict(models), gpu)
+        return cls(args, models, gpu)
 
 
 @dataclass
@@ -833,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     version = "unknown"
     try:
-        request = Request.from_dict(json.loads(Path(options.request).read_text()))
+        request = Request.from_dict(json.loads(Path(options.request).read_text()), Path(options.request).parent)
         with contextlib.redirect_stdout(sys.stderr):  # vLLM prints; stdout is the verdict's
             judge = Judge()
             version = judge.version

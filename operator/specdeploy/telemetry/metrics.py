@@ -24,6 +24,9 @@ RUNNING = "vllm:num_requests_running"
 # context a sequence holds while decoding is the mean prompt plus half the mean generation.
 PROMPT_TOKENS = "vllm:request_prompt_tokens"
 GENERATION_TOKENS = "vllm:request_generation_tokens"
+# prometheus_client's process collector, which vLLM's API server exports: a new value is a new
+# process, the only reason its counters may go down.
+PROCESS_START = "process_start_time_seconds"
 _TOTALS = frozenset(name + "_total" for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS))
 _LENGTHS = frozenset({PROMPT_TOKENS + "_count", PROMPT_TOKENS + "_sum", GENERATION_TOKENS + "_sum"})
 
@@ -72,11 +75,21 @@ class Counters:
             self.generation_tokens + other.generation_tokens,
         )
 
-    def increase_since(self, earlier: "Counters") -> "Counters":
-        """What was counted between `earlier` and this sample. A counter that went down means
-        the server restarted: then everything it shows now was counted since (Prometheus'
-        `increase()` treats resets the same way)."""
-        if self.drafts < earlier.drafts or len(self.accepted_per_position) != len(earlier.accepted_per_position):
+    def fell(self, earlier: "Counters") -> str | None:
+        """The first count that is lower than in `earlier` (None: none is). A counter only goes
+        down when its process starts again; whether it did is the process start time's to say."""
+        named = [(DRAFTS, self.drafts, earlier.drafts), (DRAFT_TOKENS, self.draft_tokens, earlier.draft_tokens),
+                 (ACCEPTED_TOKENS, self.accepted_tokens, earlier.accepted_tokens), (PROMPT_TOKENS + "_count", self.requests, earlier.requests),
+                 (PROMPT_TOKENS + "_sum", self.prompt_tokens, earlier.prompt_tokens),
+                 (GENERATION_TOKENS + "_sum", self.generation_tokens, earlier.generation_tokens)]
+        named += [(f"{ACCEPTED_PER_POSITION}[{i}]", now, before)
+                  for i, (now, before) in enumerate(zip(self.accepted_per_position, earlier.accepted_per_position))]
+        return next((name for name, now, before in named if now < before), None)
+
+    def increase_since(self, earlier: "Counters", *, restarted: bool = False) -> "Counters":
+        """What was counted between `earlier` and this sample. `restarted` (the process start time
+        changed, or k did): everything it shows now was counted since."""
+        if restarted or len(self.accepted_per_position) != len(earlier.accepted_per_position):
             return self
         return Counters(
             self.drafts - earlier.drafts,
@@ -131,20 +144,24 @@ def parse_counters(text: str) -> Counters:
 
 @dataclass(frozen=True)
 class Sample:
-    """One pod's scrape: its spec-decode counters and each engine's running requests."""
+    """One pod's scrape: its spec-decode counters, each engine's running requests, and when the
+    serving process started (None: not exported)."""
 
     counters: Counters
     running: tuple[float, ...]
+    started: float | None = None
 
 
 def parse_sample(text: str) -> Sample:
-    """parse_counters plus the running-requests gauge (absent: no load reading); a gauge that
-    is not a finite count is refused like a counter."""
+    """parse_counters plus the running-requests gauge (absent: no load reading) and the process
+    start time; a gauge that is not a finite count is refused like a counter."""
     counters = parse_counters(text)  # the text parses: the second pass below cannot fail
-    running = [s.value for family in text_string_to_metric_families(text) for s in family.samples if s.name == RUNNING]
-    for value in running:
-        _check_count(RUNNING, value)
-    return Sample(counters, tuple(running))
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples if s.name in (RUNNING, PROCESS_START)]
+    for sample in samples:
+        _check_count(sample.name, sample.value)
+    running = [s.value for s in samples if s.name == RUNNING]
+    started = [s.value for s in samples if s.name == PROCESS_START]
+    return Sample(counters, tuple(running), max(started) if started else None)
 
 
 def _check_count(name: str, value: float) -> None:
