@@ -62,6 +62,7 @@ class NodeShape:
     gpus: int = 0
     resource: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    pods: int = 110  # the kubelet's default max-pods
 
 
 def gfd_labels(product: str, memory_mib: int, family: str, count: int = 8) -> dict[str, str]:
@@ -76,14 +77,15 @@ def amd_labels(product: str, vram: str, device_id: str, count: int = 8) -> dict[
             "amd.com/gpu.family": "AI", "amd.com/gpu.count": str(count)}
 
 
-def default_pool(h100: int = 2) -> list[NodeShape]:
-    """The mixed pool the suite schedules onto (H100 count adjustable for the scale bench)."""
+def default_pool(h100: int = 2, cpu: int = 1) -> list[NodeShape]:
+    """The mixed pool the suite schedules onto (H100 and CPU node counts adjustable for the
+    scale bench)."""
     return [
         NodeShape("h100", h100, 8, "nvidia.com/gpu", gfd_labels("NVIDIA-H100-80GB-HBM3", 81559, "hopper")),
         NodeShape("h200", 2, 8, "nvidia.com/gpu", gfd_labels("NVIDIA-H200", 143771, "hopper")),
         NodeShape("a100-40", 1, 8, "nvidia.com/gpu", gfd_labels("NVIDIA-A100-SXM4-40GB", 40960, "ampere")),
         NodeShape("mi300x", 1, 8, "amd.com/gpu", amd_labels("AMD_Instinct_MI300X_OAM", "192G", "74a1")),
-        NodeShape("cpu", 1),
+        NodeShape("cpu", cpu),
     ]
 
 
@@ -315,6 +317,9 @@ class ControlPlane:
         self._start("kwok", [
             "kwok", f"--kubeconfig={kwok}", f"--config={config}", f"--cidr={POD_RANGE}", f"--node-ip={NODE_IP}",
             f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL[0]}={KWOK_NODE_LABEL[1]}",
+            # Each node's Lease renewed, as a kubelet does: without it the node lifecycle
+            # controller sees no heartbeat within its grace period and marks every pod NotReady.
+            "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{free_port()}",
         ])
 
@@ -455,7 +460,7 @@ def nodes(pool: list[NodeShape]) -> list[dict]:
     for shape in pool:
         for index in range(shape.count):
             name = f"{shape.prefix}-{index}"
-            capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+            capacity = {"cpu": "64", "memory": "512Gi", "pods": str(shape.pods), "ephemeral-storage": "1Ti"}
             if shape.gpus:
                 capacity[shape.resource] = str(shape.gpus)
             made.append({

@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client
 
-from .conftest import WORKLOAD_NS, Cluster, until
+from .bed import WORKLOAD_NS, Cluster, until
 from .test_lifecycle import _ready, llama
 
 CONFIGS = "llama-eagle3-configs"

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from integration.chart_process import ChartPod
 
-from .conftest import NAMESPACE, Cluster, until
+from .bed import NAMESPACE, Cluster, until
 
 LEASE = "specdeploy-operator"
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from .conftest import ROOT, VLLM_IMAGE, WORKLOAD_NS, Cluster, until
+from .bed import ROOT, VLLM_IMAGE, WORKLOAD_NS, Cluster, until
 
 BAD_CRS = ROOT / "tests" / "fixtures" / "bad-crs"
 PLANNED_PRODUCTS = {"H100-80GB": {"NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"}, "MI300X-192GB": {"AMD_Instinct_MI300X_OAM"}}

@@ -11,7 +11,7 @@ from kubernetes import client
 
 from specdeploy.controller.certificates import Placement, issue
 
-from .conftest import NAMESPACE, RELEASE, Cluster, until
+from .bed import NAMESPACE, RELEASE, Cluster, until
 from .test_lifecycle import llama
 
 SECRET = f"{RELEASE}-specdeploy-webhook-tls"

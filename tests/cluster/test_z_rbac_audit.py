@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from .conftest import NAMESPACE, RELEASE, SERVICE_ACCOUNT, Cluster
+from .bed import NAMESPACE, RELEASE, SERVICE_ACCOUNT, Cluster
 
 USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 
