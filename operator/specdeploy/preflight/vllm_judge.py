@@ -70,6 +70,9 @@ EXIT_OK, EXIT_REFUSED, EXIT_BROKEN = 0, 1, 2
 # Layers the CPU build cannot make at all (a GPU builds them): no verdict on a pod.
 CPU_ONLY_FAILURES = ("requires a CUDA device", "is not implemented on CPU", "is supported only for CUDA",
                      "Cannot access accelerator device",  # 0.34's sparse-MLA layers (DeepSeek-V3.2, GLM-5)
+                     # The same call under a CUDA build of torch (an image's, PyPI's in the test venvs)
+                     # on a machine without a GPU: torch.accelerator initializes CUDA and finds no driver.
+                     "Found no NVIDIA driver",
                      # 0.34 config/cache.py: the extensible KV cache (on by default on CUDA/ROCm) checks
                      # the platform it runs on; the CPU build cannot stand for a GPU there.
                      "only supported on CUDA and ROCm",
