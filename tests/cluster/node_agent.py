@@ -27,6 +27,8 @@ class NodeAgent:
         self.images, self.root = images, root
         self.ran: list[str] = []  # pods whose container ran, in order
         self._handled: set[str] = set()
+        self.hold = threading.Event()  # cleared: a pod's container waits before it starts
+        self.hold.set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="node-agent", daemon=True)
 
@@ -57,6 +59,7 @@ class NodeAgent:
             waiting = {"reason": "ErrImagePull", "message": f'failed to pull image "{container["image"]}": not found'}
             self._status(meta, {"containerStatuses": [self._container_status(container, {"waiting": waiting})]})
             return
+        self.hold.wait()
         self._status(meta, {"phase": "Running", "containerStatuses": [self._container_status(container, {"running": {}})]})
 
         async def config_map(name: str) -> dict[str, str]:

@@ -197,6 +197,33 @@ def test_the_job_controller_runs_the_preflight_and_its_pod_gives_the_verdict(clu
     until(lambda: _ready(cluster, "preflighted"), "preflighted Ready=True")
 
 
+@pytest.mark.needs_vllm_venv
+def test_an_edited_judge_gives_no_verdict_and_the_job_is_made_again(cluster: Cluster) -> None:
+    """The judge's ConfigMap replaced under the pod before it starts: the pod's bootstrap refuses
+    the edited bytes, no verdict is taken from it, and the operator makes the Job again."""
+    batch, core = client.BatchV1Api(cluster.api), client.CoreV1Api(cluster.api)
+    cluster.agent.hold.clear()
+    try:
+        cluster.apply(llama("edited-judge", image=VLLM_IMAGE, preflight={"mode": "Required"}))
+        first = until(lambda: next((j for j in batch.list_namespaced_job(WORKLOAD_NS).items
+                                    if j.metadata.name.startswith("edited-judge-preflight")), None), "the first Job")
+        until(lambda: core.list_namespaced_pod(WORKLOAD_NS, label_selector=f"job-name={first.metadata.name}").items, "its pod")
+        volume = next(v for v in first.spec.template.spec.volumes if v.config_map is not None)
+        original = core.read_namespaced_config_map(volume.config_map.name, WORKLOAD_NS)
+        core.delete_namespaced_config_map(original.metadata.name, WORKLOAD_NS)
+        data = dict(original.data)
+        data["vllm_judge.py"] += "\nprint('{\"ok\": true}')\n"
+        core.create_namespaced_config_map(WORKLOAD_NS, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=original.metadata.name), data=data))
+    finally:
+        cluster.agent.hold.set()
+    edited = until(lambda: cluster.condition("edited-judge", "Preflight").get("reason") not in (None, "Running", "Passed")
+                   and cluster.condition("edited-judge", "Preflight"), "the edited judge's outcome")
+    assert edited["reason"] == "JudgeEdited", edited
+    until(lambda: cluster.condition("edited-judge", "Preflight").get("reason") == "Passed", "the remade Job's verdict")
+    jobs = [j for j in batch.list_namespaced_job(WORKLOAD_NS).items if j.metadata.name.startswith("edited-judge-preflight")]
+    assert [j.metadata.uid for j in jobs] != [first.metadata.uid]
+
+
 def test_a_multi_node_plan_gets_its_pods_from_the_lws_controller(cluster: Cluster) -> None:
     """Pipeline parallel over two one-GPU nodes: a LeaderWorkerSet, whose pods the LWS
     controller makes (leader and worker), each on an H100 node."""
