@@ -515,10 +515,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--dir", type=Path, default=ROOT / ".cluster", help="state, logs and kubeconfig (default .cluster)")
     args = parser.parse_args(argv)
-    plane = ControlPlane(args.dir.resolve(), build() if args.action == "up" else Path(ControlPlane(args.dir.resolve(), Path()).state().get("bin", "/nonexistent")))
-    if args.action == "down":
-        print("stopped:", ", ".join(plane.down()) or "nothing")
+    root = args.dir.resolve()
+    if args.action == "down":  # the binaries the running plane was started from, as it recorded them
+        recorded = ControlPlane(root, Path()).state().get("bin")
+        print("stopped:", ", ".join(ControlPlane(root, Path(recorded or "/nonexistent")).down()) or "nothing")
         return 0
+    plane = ControlPlane(root, build())
     try:
         plane.up()
     except Exception:
