@@ -336,4 +336,4 @@ def test_valid_scheduling_fields_are_planned_into_the_pods(capsys: pytest.Captur
     # The user's term, and (scheduling.gpuNodeAffinity Required) the planned GPU's requirements with it.
     (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert term["matchExpressions"][0] == {"key": "gpu", "operator": "In", "values": ["h100"]}
-    assert [e["key"] for e in term["matchExpressions"][1:]] == ["nvidia.com/gpu.product", "nvidia.com/gpu.memory"]
+    assert [e["key"] for e in term["matchExpressions"][1:]] == ["nvidia.com/gpu.product"]

@@ -31,20 +31,19 @@ def plan_for(**extra: Any):
     return evaluation
 
 
-def test_an_h100_plan_requires_the_h100s_gfd_product_and_the_memory_it_needs() -> None:
+def test_an_h100_plan_requires_the_h100s_gfd_product() -> None:
     plan = plan_for(resources={"gpu": {"product": "H100-80GB"}}).plan
-    expressions = plan.placement.requirements()
-    assert expressions[0] == {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"]}
-    need = min_memory_mib(plan.memory)
-    assert expressions[1] == {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": [str(need - 1)]}
-    # The least memory on which the layout's need stays within gpuMemoryUtilization: below the card's.
-    assert plan.memory.required_gib * 1024 < need <= 80 * 1024
+    assert plan.placement.requirements() == [
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"]}]
 
 
 def test_memory_only_plans_ask_for_the_memory_and_any_product_of_the_vendor() -> None:
     plan = plan_for(resources={"gpu": {"memoryGiB": 48}}).plan
     (memory,) = plan.placement.requirements()
-    assert memory["key"] == "nvidia.com/gpu.memory" and int(memory["values"][0]) < 48 * 1024
+    need = min_memory_mib(plan.memory)
+    assert memory == {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": [str(need - 1)]}
+    # The least whole GiB on which the layout's need stays within gpuMemoryUtilization: not the card's 48.
+    assert need % 1024 == 0 and plan.memory.required_gib * 1024 < need < 48 * 1024
 
 
 def test_an_amd_plan_requires_the_labellers_product_name_and_no_memory_number() -> None:

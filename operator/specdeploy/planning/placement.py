@@ -3,10 +3,10 @@
 The plan sizes memory for `resources.gpu`; a pod that asks only for `nvidia.com/gpu: 1` can land
 on any GPU of a mixed pool, and a 40 GB card under an 80 GB plan fails at vLLM's start-up check.
 So the plan names the nodes by what the vendor's node labeller says of their GPUs: the product
-(NVIDIA GPU Feature Discovery's `nvidia.com/gpu.product`, AMD's `amd.com/gpu.product-name`) and,
-where the labeller gives it as a number (NVIDIA's `nvidia.com/gpu.memory`, MiB), at least the
-memory the layout needs: weights, KV cache and reserve over gpuMemoryUtilization, the least
-memory on which vLLM's start-up check passes.
+(NVIDIA GPU Feature Discovery's `nvidia.com/gpu.product`, AMD's `amd.com/gpu.product-name`) or,
+for a GPU given only by `memoryGiB`, where the labeller gives memory as a number (NVIDIA's
+`nvidia.com/gpu.memory`, MiB), at least the memory the layout needs: weights, KV cache and
+reserve over gpuMemoryUtilization, the least memory on which vLLM's start-up check passes.
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ def vendor_of(resource: str, product: GpuProduct | None) -> str | None:
 
 
 def min_memory_mib(memory: MemoryEstimate | None) -> int | None:
-    """The least GPU memory (MiB) on which the layout's need stays within gpuMemoryUtilization."""
+    """The least GPU memory on which the layout's need stays within gpuMemoryUtilization, in
+    MiB rounded up to a whole GiB (a small change of the estimate between releases must not
+    roll the pods)."""
     if memory is None or memory.budget_gib <= 0 or memory.gpu_memory_gib <= 0:
         return None
     utilization = memory.budget_gib / memory.gpu_memory_gib
-    return math.ceil(memory.required_gib / utilization * 1024)
+    return math.ceil(memory.required_gib / utilization) * 1024
 
 
 def plan_placement(product: GpuProduct | None, resource: str, memory: MemoryEstimate | None) -> Placement | None:
@@ -40,7 +42,9 @@ def plan_placement(product: GpuProduct | None, resource: str, memory: MemoryEsti
     vendor = vendor_of(resource, product)
     if vendor is None:
         return None
-    memory_label = MEMORY_MIB_LABELS.get(vendor)
+    # A named product fixes the memory: its name alone places the pods (the labeller's memory
+    # figure is the driver's, a little under the marketing size the catalogue plans with).
+    memory_label = MEMORY_MIB_LABELS.get(vendor) if product is None else None
     placement = Placement(vendor, PRODUCT_LABELS[vendor], product.node_products if product else (),
                           memory_label, min_memory_mib(memory) if memory_label else None)
     return placement if placement.requirements() else None
