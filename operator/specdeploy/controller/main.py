@@ -44,7 +44,7 @@ from specdeploy.controller.metrics import METRICS, METRICS_PORT
 from specdeploy.controller.offload import OffLoop, reconcile_budget
 from specdeploy.controller.reconcile import Reconciler
 from specdeploy.controller import state
-from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL
+from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, label_value
 
 registry = kopf.OperatorRegistry()
 logger = logging.getLogger("specdeploy.operator")
@@ -168,7 +168,7 @@ async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body.get("metadata") or {}
     memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
     memo.status.forget(meta.get("namespace"), meta.get("name"))
-    memo.unschedulable.forget(meta.get("namespace"), meta.get("name"))
+    memo.unschedulable.forget(meta.get("namespace"), label_value(meta.get("name") or ""))
     METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
 
 

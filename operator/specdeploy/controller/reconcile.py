@@ -407,9 +407,9 @@ class Reconciler:
     async def _workload_now(self, run: Pass, status: Mapping[str, Any]) -> WorkloadState | None:
         """The workload as apply left it, else as the API server has it now."""
         if run.applied is not None:
-            live = run.applied.live
-            return WorkloadState.from_live(live, self.unschedulable.message((run.namespace, run.name))) if live is not None else None
-        return await self._live_workload(run.namespace, run.name, run.desired.get("workload") or status.get("workload"))
+            return self._workload_state(run.applied.live, run.namespace, run.name)
+        live = await self._live_workload_body(run.namespace, run.desired.get("workload") or status.get("workload"))
+        return self._workload_state(live, run.namespace, run.name)
 
     def failed(self, body: Mapping[str, Any], error: BaseException, *, now: str) -> Result:
         """Status for a reconcile that raised unexpectedly (a bug, not a verdict): Ready=False
@@ -448,9 +448,11 @@ class Reconciler:
         events = [("Warning", Reason.RECONCILE_TIMEOUT, message)] if before.get("reason") != Reason.RECONCILE_TIMEOUT else []
         return Result(_changes(previous, {"conditions": conditions}), events, message, "api")
 
-    async def _live_workload(self, namespace: str, cr_name: str, ref: str | None) -> WorkloadState | None:
-        live = await self._live_workload_body(namespace, ref)
-        return WorkloadState.from_live(live, self.unschedulable.message((namespace, cr_name))) if live is not None else None
+    def _workload_state(self, live: Mapping[str, Any] | None, namespace: str, cr_name: str) -> WorkloadState | None:
+        """The workload's readiness, with what the scheduler said of the CR's pods."""
+        if live is None:
+            return None
+        return WorkloadState.from_live(dict(live), self.unschedulable.message((namespace, label_value(cr_name))))
 
     async def _live_workload_body(self, namespace: str, ref: str | None) -> dict[str, Any] | None:
         if not ref or "/" not in ref:
@@ -463,9 +465,12 @@ class Reconciler:
         parent's readiness conditions say it (Unschedulable, with the scheduler's message)."""
         meta = pod.get("metadata") or {}
         namespace, owner = meta.get("namespace"), (meta.get("labels") or {}).get(OWNER_LABEL)
-        cr_name = next((n for n in self.desired.names(namespace) if label_value(n) == owner), None) if namespace else None
         problem = None if event_type == "DELETED" else scheduling_problem(pod)
-        if cr_name is None or not self.unschedulable.note((namespace, cr_name), str(meta.get("name")), problem):
+        # Keyed by the owner label, so the CR's name is looked up only when the message changed.
+        if not namespace or not owner or not self.unschedulable.note((namespace, owner), str(meta.get("name")), problem):
+            return Result({})
+        cr_name = next((n for n in self.desired.names(namespace) if label_value(n) == owner), None)
+        if cr_name is None:
             return Result({})
 
         async def compute(parent: Mapping[str, Any]) -> Result:
@@ -498,11 +503,10 @@ class Reconciler:
         if any(kind not in verdicts for kind in SPEC_CONDITIONS):
             return Result({})  # the first reconcile has not run yet: it will write everything
         meta = parent.get("metadata") or {}
-        unschedulable = self.unschedulable.message((str(meta.get("namespace")), str(meta.get("name"))))
-        workload = WorkloadState.from_live(dict(workload_body), unschedulable) if workload_body else None
+        workload = self._workload_state(workload_body or None, str(meta.get("namespace")), str(meta.get("name")))
         verdicts.update(workload_verdicts(workload, applied=workload is not None))
         verdicts[READY] = ready_verdict(verdicts, workload)
-        generation = (parent.get("metadata") or {}).get("generation")
+        generation = meta.get("generation")
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
         desired: dict[str, Any] = {"conditions": conditions}
         if workload is not None:

@@ -173,7 +173,8 @@ class EvaluationCache:
 
 
 class Unschedulable:
-    """What the scheduler said of each pod it could not place, per CR (from the pods' watch):
+    """What the scheduler said of each pod it could not place, per CR (keyed by namespace and
+    the CR's owner label value, which the pods carry; from the pods' watch):
     the readiness mirror names it while the rollout waits, instead of a silent Pending."""
 
     def __init__(self) -> None:
