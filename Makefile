@@ -28,7 +28,7 @@ VLLM_WHEEL_VENVS := $(foreach v,$(VLLM_WHEEL_RELEASES),$(call release_venv,$(v))
 # The GPU wheel must be told its platform, and must not stall on Hub look-ups.
 VLLM_NEXT_ENV := HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
 
-.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-cluster cluster-up cluster-down cluster-binaries test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
+.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-cluster cluster-up cluster-down cluster-binaries helm test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
 # What the venvs install is pinned: constraints/*.txt are `pip freeze` of venvs that passed
 # `make test`, passed to every pip install with -c, so an upstream release cannot turn main
 # red. `make constraints` refreshes them on purpose (then run `make test` and commit them).
@@ -92,6 +92,10 @@ test:
 cluster-binaries:
 	bash hack/cluster/build.sh
 
+# The chart tests' helm: the cluster's own, built alone (hack/cluster/helm/go.mod pins it).
+helm:
+	bash hack/cluster/build.sh helm
+
 cluster-up: venv
 	$(PY) hack/cluster/controlplane.py up
 
@@ -105,11 +109,11 @@ test-cluster: venv vllm-venv cluster-binaries
 
 # pyflakes (unused imports and variables, undefined names) and McCabe complexity over 15.
 lint: venv
-	$(RUFF) check operator tests bench scripts
+	$(RUFF) check operator tests bench scripts hack
 
 # Tests marked needs_vllm_venv run the core venv's code against the vLLM venv standing for an
 # image's vLLM (the preflight's CLI and Job): test-preflight runs them once that venv is built.
-test-core: venv
+test-core: venv helm
 	$(PY) -m pytest -q -m "not needs_vllm_venv" tests/unit tests/integration tests/fuzz
 
 # The suites skip without vLLM; importing it first makes a broken vLLM venv fail, not skip.

@@ -38,6 +38,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
+from binaries import build
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SERVICE_RANGE = "10.96.0.0/16"  # allocated from, never dialled
@@ -502,12 +504,6 @@ def kwok_stages(stage_dir: Path) -> str:
             if stage:
                 documents.append(stage)
     return yaml.safe_dump_all(documents, sort_keys=False)
-
-
-def build() -> Path:
-    """hack/cluster/build.sh: the binaries' directory (built once, cached outside the clone)."""
-    done = subprocess.run(["bash", str(HERE / "build.sh")], stdout=subprocess.PIPE, text=True, check=True)
-    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:

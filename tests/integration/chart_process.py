@@ -37,10 +37,10 @@ TEST_ENV = {"SPECDEPLOY_LEASE_DURATION_S": "6", "HF_HUB_OFFLINE": "1", "SPECDEPL
 
 @cache
 def _helm() -> Path:
-    spec = importlib.util.spec_from_file_location("fetch_helm", ROOT / "scripts" / "fetch_helm.py")
+    spec = importlib.util.spec_from_file_location("binaries", ROOT / "hack" / "cluster" / "binaries.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return Path(module.fetch_helm())
+    return Path(module.helm())
 
 
 def render(*sets: str) -> list[dict[str, Any]]:

