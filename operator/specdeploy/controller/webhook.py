@@ -172,10 +172,13 @@ async def _review_body(request: web.BaseRequest) -> bytes:
     if (request.content_length or 0) > MAX_REVIEW_BYTES:
         raise web.HTTPRequestEntityTooLarge(max_size=MAX_REVIEW_BYTES, actual_size=request.content_length or 0)
     body = bytearray()
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        body += chunk
-        if len(body) > MAX_REVIEW_BYTES:
-            raise web.HTTPRequestEntityTooLarge(max_size=MAX_REVIEW_BYTES, actual_size=len(body))
+    try:
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            body += chunk
+            if len(body) > MAX_REVIEW_BYTES:
+                raise web.HTTPRequestEntityTooLarge(max_size=MAX_REVIEW_BYTES, actual_size=len(body))
+    except ConnectionError:  # cut at the read deadline, or the client left: nobody reads the answer
+        raise web.HTTPRequestTimeout() from None
     if isinstance(request.protocol, _Connection):
         request.protocol.request_read()
     return bytes(body)
