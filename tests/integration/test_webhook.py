@@ -190,6 +190,8 @@ async def test_malformed_reviews_get_400_naming_what_is_wrong(webhook_url: str, 
         too_large = b" " * (webhook.MAX_REVIEW_BYTES + 1)
         async with session.post(webhook_url, data=too_large, ssl=context, headers={"Content-Type": "application/json"}) as response:
             assert response.status == 413
+        async with session.get(webhook_url, ssl=context) as response:  # the API server only POSTs
+            assert response.status == 405
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 

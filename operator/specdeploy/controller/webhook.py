@@ -351,9 +351,10 @@ SERVING = threading.Event()
 
 class ReloadingWebhookServer:
     """The review server (`listen`, answering with `answer_review`) over an SSL context whose
-    certificate is loaded again when tls.crt or tls.key change on disk (a renewal that does not roll the pods). New connections
-    get the new certificate; the server is never restarted. Until both files exist (a Secret
-    volume filled after the pod started) the server waits instead of failing."""
+    certificate is loaded again when tls.crt or tls.key change on disk (a renewal that does not
+    roll the pods). New connections get the new certificate; the server is never restarted.
+    Until both files exist (a Secret volume filled after the pod started) the server waits
+    instead of failing."""
 
     def __init__(self, port: int, cert_dir: Path) -> None:
         self.port = port
