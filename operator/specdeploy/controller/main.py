@@ -277,25 +277,20 @@ async def stop_keeping_webhook_certificate(memo: kopf.Memo, **_: Any) -> None:
 
 # -- the front: what every replica serves, leader or standby ---------------------------------
 # kopf's liveness endpoint and the validating webhook: validation needs no leadership, so the
-# webhook Service may route to any replica. Its client never writes (`_never`).
+# webhook Service may route to any replica. It has no client of its own: the webhook reads
+# nothing from the cluster (controller/webhook.py says why).
 front = kopf.OperatorRegistry()
 kopf.on.login(registry=front)(login)
-kopf.on.cleanup(registry=front)(close)
-
-
-def _never() -> bool:
-    return False
 
 
 @kopf.on.startup(registry=front)
 async def configure_front(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """The webhook server (when the chart enables it) and the read-only client its ConfigMap
-    lookups use; no watches, no Events."""
+    """The webhook server (when the chart enables it) and the CPU pool its verdicts run in; no
+    watches, no Events, no reads."""
     settings.scanning.disabled = True
     settings.posting.enabled = False
     settings.networking.request_timeout = request_timeout()[1]
     settings.admission.server = webhook.server_from_env()
-    memo.kube = Kube(load_configuration(), on_response=METRICS.on_response, may_write=_never)
     memo.offload = OffLoop()
     if webhook.enabled():
         webhook.warm_up()
