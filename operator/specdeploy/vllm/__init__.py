@@ -10,11 +10,12 @@ from specdeploy.vllm.versions import (
     DEFAULT_VERSION,
     NEWEST_VERSION,
     SUPPORTED_VERSIONS,
+    VERSION_UNKNOWN,
     judging_version,
     rule_set,
 )
 
 __all__ = [
-    "DEFAULT_IMAGE", "DEFAULT_VERSION", "NEWEST_VERSION", "SUPPORTED_VERSIONS", "ServerFlag", "VllmFacts",
+    "DEFAULT_IMAGE", "DEFAULT_VERSION", "NEWEST_VERSION", "SUPPORTED_VERSIONS", "ServerFlag", "VERSION_UNKNOWN", "VllmFacts",
     "judging_version", "rule_set",
 ]

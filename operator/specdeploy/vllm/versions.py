@@ -18,6 +18,10 @@ NEWEST_VERSION = SUPPORTED_VERSIONS[-1]
 DEFAULT_VERSION = NEWEST_VERSION
 DEFAULT_IMAGE = f"vllm/vllm-openai:v{DEFAULT_VERSION}"
 
+# The finding that says the rule set judging a spec is a guess: no supported release is the
+# image's (a custom tag, a nightly, a digest, a fork, a release we have no rules for).
+VERSION_UNKNOWN = "vllm-version-unknown"
+
 # A release tag: 0.33.0, v0.33.0, v0.33.0-cu130, 0.33.0+cpu (a variant of the same release).
 _RELEASE_TAG = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+_].*)?$")
 
@@ -85,7 +89,7 @@ def judging_version(vllm_version: str | None, image: str) -> tuple[VllmFacts, li
         chosen = NEWEST_VERSION
     what = f"vLLM {asked}" if release is not None else f"{asked!r} (not a release tag)"
     return rule_set(chosen), [warning(
-        "vllm-version-unknown", field,
+        VERSION_UNKNOWN, field,
         f"{what} has no rule set here (supported: {', '.join(SUPPORTED_VERSIONS)}); judged by vLLM {chosen}'s "
         "rules, which may differ from what the pod runs: pin a supported release or set spec.vllmVersion",
         Stage.SPEC)]
