@@ -11,8 +11,10 @@ by `configMapRef` is admitted with a warning, the same words whether or not that
 exists, and the reconcile reads and judges it in status, in the CR's own namespace, as for an
 object created without the webhook. A Hub model is likewise not fetched, and a model that names
 a path is refused on its form alone, as the reconcile refuses it (`resolve_model(local_files=False)`,
-one rule for both). The verdict is the same `parse_object` + `pipeline.evaluate` the CLI and the
-reconciler run. The chart sets failurePolicy Ignore by default: an operator that is down never
+one rule for both). Nor is a refusal by rules guessed for an image of unknown release certain:
+when a preflight will judge the image's own plan (pipeline.plan_for_image), it is admitted with
+the guess as warnings. The verdict is the same `parse_object` + `pipeline.evaluate` the CLI and
+the reconciler run. The chart sets failurePolicy Ignore by default: an operator that is down never
 blocks applies.
 
 The review itself is untrusted input, answered here rather than by kopf's admission machinery:
@@ -50,6 +52,7 @@ import kopf
 from aiohttp import web
 
 from specdeploy.api.parse import MAX_REQUEST_BYTES, parse_object, parse_spec
+from specdeploy.controller import preflight
 from specdeploy.controller.env import Number
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model, resolve_pair
 from specdeploy.findings import Severity
@@ -109,9 +112,13 @@ def admission_verdict(obj: dict[str, Any], *, check_name: bool = True) -> Admiss
     except SourceUnavailable as exc:
         return Admission(True, warnings=[f"not judged at admission: {exc.field}: {exc.message[:300]}; the operator judges it in status"])
     evaluation = evaluate(spec, target, draft)
-    if not evaluation.ok:
-        return _refusal(list(evaluation.findings))
-    return Admission(True, warnings=[f"{f.field}: {f.message}" for f in evaluation.findings if f.severity is Severity.WARNING])
+    findings = evaluation.findings
+    if evaluation.image_plan is not None and preflight.runs_for(spec):
+        # Rules guessed for an image of unknown release: not certain; the image's own vLLM decides.
+        findings = evaluation.as_guess()
+    elif not evaluation.ok:
+        return _refusal(list(findings))
+    return Admission(True, warnings=[f"{f.field}: {f.message}" for f in findings if f.severity is Severity.WARNING])
 
 
 def _refusal(findings: list[Any], extra: str = "") -> Admission:
