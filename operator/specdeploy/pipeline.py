@@ -35,7 +35,7 @@ from specdeploy.validation.load import check_load_layout, check_load_pair
 from specdeploy.validation.rules import METHOD_NEEDS_PREFLIGHT, check_layout, check_pair
 from specdeploy.validation.speculative_config import check_speculative_config
 from specdeploy.validation.speculative_tokens import resolve_num_speculative_tokens
-from specdeploy.vllm import SUPPORTED_VERSIONS, VERSION_UNKNOWN, VllmFacts, judging_version
+from specdeploy.vllm import RELEASE_REFUSALS, SUPPORTED_VERSIONS, VERSION_UNKNOWN, VllmFacts, judging_version
 
 __all__ = ["Evaluation", "ModelInputs", "evaluate"]
 
@@ -109,22 +109,23 @@ def plan_for_image(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: 
     """The plan a preflight judges (and the pods run, if the image accepts it) when the rules
     guessed for an image of unknown release refuse the spec. First the newest other release whose
     rules accept it: a plan one real vLLM takes, so a refusal can only be the image's own. Else the
-    guessed rules' plan with their refusals set aside: the layout search still asks vLLM's layout
-    rules and the memory must fit. None when even that finds no layout (the models unreadable, k
-    unknown, no layout valid): there are no args to judge, and the refusal stands."""
+    guessed rules' plan with their RELEASE_REFUSALS set aside (the layout search still asks vLLM's
+    layout rules, and the memory must fit). None when any other refusal stands, or no layout is
+    found: there are no args to judge, and the refusal is final."""
     for version in reversed(SUPPORTED_VERSIONS):
         if version != guessed_version:
             other = _evaluate(spec.model_copy(update={"vllm_version": version}), target, draft, k_in_force)
             if other.ok:
                 return other
     lenient = _evaluate(spec, target, draft, k_in_force, despite_refusals=True)
-    return lenient if lenient.plan is not None else None
+    standing = [f for f in lenient.findings if f.severity is Severity.ERROR and f.code not in RELEASE_REFUSALS]
+    return lenient if lenient.plan is not None and not standing else None
 
 
 def _evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: ModelInputs | None,
               k_in_force: int | None, *, despite_refusals: bool = False) -> Evaluation:
-    """The stages in vLLM's order. `despite_refusals`: plan even when the pair is refused (a plan
-    for the image to judge, plan_for_image), else stop at the pair's errors."""
+    """The stages in vLLM's order, stopping before the plan at the pair's errors, except (with
+    `despite_refusals`: a plan for the image to judge, plan_for_image) RELEASE_REFUSALS."""
     facts, findings = judging_version(spec.vllm_version, spec.image)
     extra_args = check_extra_args(spec, facts)
     models, model_findings = read_models(spec, target, draft, facts)
@@ -136,7 +137,7 @@ def _evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: Model
     findings += check_load_pair(spec, models, draft.config if draft else None)
     k, k_findings = resolve_num_speculative_tokens(spec, models, facts, k_in_force)
     findings += k_findings + check_speculative_config(spec, k, models, facts)
-    if k is None or (has_errors(findings) and not despite_refusals):
+    if k is None or has_errors([f for f in findings if not (despite_refusals and f.code in RELEASE_REFUSALS)]):
         # No plan for an invalid pair, but every reason at once: vLLM's layout rules too.
         return Evaluation(tuple(findings + layout_findings(spec, models, rules) + extra_args), None, facts.version)
     plan, plan_findings = plan_layout(spec, models, k, target, draft, facts, rules)

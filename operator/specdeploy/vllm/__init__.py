@@ -9,6 +9,7 @@ from specdeploy.vllm.versions import (
     DEFAULT_IMAGE,
     DEFAULT_VERSION,
     NEWEST_VERSION,
+    RELEASE_REFUSALS,
     SUPPORTED_VERSIONS,
     VERSION_UNKNOWN,
     judging_version,
@@ -16,6 +17,6 @@ from specdeploy.vllm.versions import (
 )
 
 __all__ = [
-    "DEFAULT_IMAGE", "DEFAULT_VERSION", "NEWEST_VERSION", "SUPPORTED_VERSIONS", "ServerFlag", "VERSION_UNKNOWN", "VllmFacts",
+    "DEFAULT_IMAGE", "DEFAULT_VERSION", "NEWEST_VERSION", "RELEASE_REFUSALS", "SUPPORTED_VERSIONS", "ServerFlag", "VERSION_UNKNOWN", "VllmFacts",
     "judging_version", "rule_set",
 ]
