@@ -410,6 +410,8 @@ async def test_a_guessed_refusal_waits_for_the_images_verdict_which_replaces_it(
     assert _severities(cluster, "guess-passed")["speculative-config-method"] == "warning"  # the guess, as a guess
     assert cluster.condition("guess-passed", "Planned")["status"] == "True"
     assert cluster.condition("guess-passed", "Progressing")["reason"] == "PreflightRunning"
+    assert cluster.condition("guess-passed", "Ready")["status"] == "Unknown"  # a GitOps tool waits, it does not fail
+    assert cluster.condition("guess-passed", "Reconciling")["status"] == "True"
     assert not cluster.exists(DEPLOYMENT, "guess-passed")
     kubelet.hold.set()
     await eventually(lambda: cluster.condition("guess-passed", "Preflight").get("reason") == "Passed", JUDGE_TIMEOUT_S, "Preflight Passed")

@@ -112,13 +112,13 @@ def admission_verdict(obj: dict[str, Any], *, check_name: bool = True) -> Admiss
     except SourceUnavailable as exc:
         return Admission(True, warnings=[f"not judged at admission: {exc.field}: {exc.message[:300]}; the operator judges it in status"])
     evaluation = evaluate(spec, target, draft)
-    findings = evaluation.findings
+    reported = evaluation.findings
     if evaluation.image_plan is not None and preflight.runs_for(spec):
         # Rules guessed for an image of unknown release: not certain; the image's own vLLM decides.
-        findings = evaluation.as_guess()
+        reported = evaluation.as_guess()
     elif not evaluation.ok:
-        return _refusal(list(findings))
-    return Admission(True, warnings=[f"{f.field}: {f.message}" for f in findings if f.severity is Severity.WARNING])
+        return _refusal(list(reported))
+    return Admission(True, warnings=[f"{f.field}: {f.message}" for f in reported if f.severity is Severity.WARNING])
 
 
 def _refusal(findings: list[Any], extra: str = "") -> Admission:
