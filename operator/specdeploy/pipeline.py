@@ -99,13 +99,13 @@ def evaluate(
     telemetry chose (status.speculation), which the plan and --speculative-config then carry.
     Guessed rules that refuse also give `image_plan`, for the image's own vLLM to judge."""
     evaluation = _evaluate(spec, target, draft, k_in_force)
-    if evaluation.ok or not evaluation.guessed or evaluation.vllm_version is None:
+    if evaluation.ok or not evaluation.guessed:
         return evaluation
     return replace(evaluation, image_plan=plan_for_image(spec, target, draft, evaluation.vllm_version, k_in_force))
 
 
 def plan_for_image(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: ModelInputs | None,
-                   guessed_version: str, k_in_force: int | None = None) -> Evaluation | None:
+                   guessed_version: str | None, k_in_force: int | None = None) -> Evaluation | None:
     """The plan a preflight judges (and the pods run, if the image accepts it) when the rules
     guessed for an image of unknown release refuse the spec. First the newest other release whose
     rules accept it: a plan one real vLLM takes, so a refusal can only be the image's own. Else the
