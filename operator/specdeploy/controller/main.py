@@ -47,6 +47,8 @@ from specdeploy.controller import state
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, label_value
 
 registry = kopf.OperatorRegistry()
+# kopf's record of the handled spec, fed the spec each reconcile judged (controller/diffbase.py).
+DIFFBASE = DigestDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
 logger = logging.getLogger("specdeploy.operator")
 
 # Opt-in (chart value): read spec.hfTokenSecretRef's Secret to fetch configs of gated repos.
@@ -67,7 +69,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     and the API client every handler uses."""
     settings.persistence.finalizer = f"{API_GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
-    settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
+    settings.persistence.diffbase_storage = DIFFBASE
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 310
     settings.watching.connect_timeout = 30
@@ -152,8 +154,12 @@ def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
-    """In a slot, within the budget (`attempt.reconcile_once`); kopf retries with our backoff."""
+    """In a slot, within the budget (`attempt.reconcile_once`); kopf retries with our backoff.
+    kopf then records the spec this reconcile judged as handled (controller/diffbase.py)."""
+    DIFFBASE.forget(body.metadata.uid)
     outcome = await reconcile_once(_reconciler(memo, logger), body, budget_s=memo.budget_s, logger=logger, post=_post, retry=retry)
+    if outcome.result is not None and outcome.result.judged is not None:
+        DIFFBASE.judged(outcome.result.judged)
     if outcome.retry is not None:
         raise kopf.TemporaryError(outcome.retry, delay=backoff(outcome.retry_kind, retry))
 
@@ -168,6 +174,7 @@ async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body.get("metadata") or {}
     memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
     memo.status.forget(meta.get("namespace"), meta.get("name"))
+    DIFFBASE.forget(meta.get("uid"))
     memo.unschedulable.forget(meta.get("namespace"), label_value(meta.get("name") or ""))
     METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
 

@@ -68,6 +68,7 @@ class Result:
     # with the change applied.
     body: Mapping[str, Any] | None = None
     status: dict[str, Any] = field(default_factory=dict)
+    judged: Mapping[str, Any] | None = None  # the live CR whose spec the steps judged
 
 
 @dataclass
@@ -216,7 +217,9 @@ class Reconciler:
         for step in self.steps:
             if not await step(run):
                 break
-        return await self.write_status(namespace, name, functools.partial(self._status_change, run), copy=live, seen=seen)
+        result = await self.write_status(namespace, name, functools.partial(self._status_change, run), copy=live, seen=seen)
+        result.judged = live
+        return result
 
     async def parse(self, run: Pass) -> bool:
         """The spec as the pure core reads it; findings when it does not parse."""
