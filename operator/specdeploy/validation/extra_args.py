@@ -29,22 +29,6 @@ def _field(index: int) -> str:
     return f"spec.vllm.extraArgs[{index}]"
 
 
-def _lookup(key: str, facts: VllmFacts) -> tuple[ServerFlag | None, str | None]:
-    """The flag `key` names (underscores as dashes, unique long-flag prefixes), or why none."""
-    flags = facts.server_flags
-    if key.startswith("--"):
-        key = "--" + key[2:].replace("_", "-")
-    if key in flags:
-        return flags[key], None
-    if key.startswith("--") and len(key) > 2:
-        matches = {flags[n].name for n in flags if n.startswith(key)}
-        if len(matches) == 1:
-            return flags[matches.pop()], None
-        if matches:
-            return None, f"is ambiguous in vLLM {facts.version}'s CLI (could be {', '.join(sorted(matches))})"
-    return None, f"is not a vLLM {facts.version} server flag (vllm serve --help lists them)"
-
-
 def check_extra_args(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> list[Finding]:
     """One finding per argument vLLM's CLI would refuse or that overrides the plan."""
     args, findings, i = spec.vllm.extra_args, [], 0
@@ -66,7 +50,7 @@ def _check_flag(args: list[str], i: int, facts: VllmFacts) -> tuple[int, list[Fi
         return i, []  # -O3: the optimization level, value attached
     dotted = "." in key
     base = key.split(".", 1)[0] if dotted else key
-    flag, problem = _lookup(base, facts)
+    flag, problem = facts.resolve_flag(base)
     if flag is None:
         return i, [error("extra-arg-unknown-flag", field, f"{arg!r}: {base} {problem}")]
     findings = []
