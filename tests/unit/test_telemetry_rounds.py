@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator
 import pytest
 from aiohttp import web
 
+from specdeploy.controller.kube import KubeTemporaryError
 from specdeploy.controller.telemetry import MAX_OBJECT_SCRAPES, MAX_PARALLEL_BODIES, MAX_SLOTS, RESYNC_PASSES, Telemetry
 from specdeploy.render.labels import labels
 
@@ -145,7 +146,7 @@ async def test_three_slow_objects_cost_a_good_one_nothing(peer: tuple[Peer, dict
     await telemetry.close()
 
 
-async def test_an_object_with_many_stalled_pods_holds_at_most_half_the_read_slots(peer: tuple[Peer, dict[str, int]],
+async def test_an_object_with_many_stalled_pods_holds_at_most_its_share_of_the_read_slots(peer: tuple[Peer, dict[str, int]],
                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECDEPLOY_METRICS_TIMEOUT_S", "600")
     server, ports = peer
@@ -227,7 +228,31 @@ async def test_a_round_reads_pods_from_the_index_and_their_owners_only_when_a_ne
         await asyncio.gather(*telemetry.tick(now_s=float(tick)))
     assert server.requests == {"good": 8, "stalled": 0}
     assert cluster.calls.count(("list", "ReplicaSet")) == 1 + 3  # the forged owner is looked up at each pass
+    telemetry.pods.observe(forged, "DELETED")
+    moved = cluster.add("good", ["good"])
+    moved["status"]["workload"] = "Deployment/good-v2"  # another workload: the pods' ReplicaSet is not its
+    telemetry.track(moved, deleted=False)
+    await asyncio.gather(*telemetry.tick(now_s=8.0))
+    assert cluster.calls[-2:] == [("get", "Deployment"), ("list", "ReplicaSet")] and server.requests["good"] == 8
+    assert len(cluster.calls) == 2 + 3 * 2 + 2
     await telemetry.close()
+
+
+async def test_a_resync_that_cannot_list_keeps_the_index_and_says_so(peer: tuple[Peer, dict[str, int]],
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    _, ports = peer
+    cluster = Cluster(ports)
+    telemetry = telemetry_for(cluster)
+    serve(telemetry, cluster, "good", ["good"])
+
+    async def refused(kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+        raise KubeTemporaryError("GET Pod ns/None: HTTP 503: busy")
+
+    cluster.list = refused  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="test"):
+        await telemetry.resync_pods()
+    assert [p["metadata"]["name"] for p in telemetry.pods.of("ns", "good")] == ["good-00"]
+    assert "could not list the pods of ns to check the pod index: GET Pod ns/None: HTTP 503: busy" in caplog.text
 
 
 async def test_pods_that_never_answer_hold_connections_not_the_body_slots(peer: tuple[Peer, dict[str, int]],
