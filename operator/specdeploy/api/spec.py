@@ -8,12 +8,15 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
+from specdeploy.api.errors import field_message, user_loc
 from specdeploy.api.names import QUALIFIED_NAME_RULE, is_dns1123_subdomain, is_label_value, qualified_name_problem
+from specdeploy.findings import did_you_mean
 from specdeploy.vllm import DEFAULT_IMAGE
 from specdeploy.vllm.methods import METHODS as METHOD_TABLE
 from specdeploy.vllm.methods import Method as SpeculativeMethod
-from specdeploy.vllm.methods import accepted_names, aliases, method_named, methods_where, plugin_releases
+from specdeploy.vllm.methods import accepted_names, aliases, method_named, methods_where, misspelled, plugin_releases
 
 API_GROUP = "specdeploy.io"
 API_VERSION = "v1alpha1"
@@ -73,7 +76,23 @@ Quantity = Annotated[str, _matching(QUANTITY_RE, "must be a Kubernetes quantity 
 METHOD_NAME_RE = r"^[a-z][a-z0-9_]*$"
 METHOD_NAME_RULE = "must be a method name: lowercase letters, digits and _, starting with a letter"
 MAX_METHOD_NAME = 64
-Method = Annotated[str, Field(max_length=MAX_METHOD_NAME), _matching(METHOD_NAME_RE, METHOD_NAME_RULE)]
+# A typo of a listed method name, in every release: never left for a plugin to claim.
+METHOD_MISSPELLED = "method-misspelled"
+
+
+def _method_name(value: str) -> str:
+    """A name within two edits of a listed method (eagel3, Eagle3, eagle-3) is that method
+    misspelled, whatever the release: under plugins it would otherwise wait for a preflight."""
+    meant = misspelled(value)
+    if meant:
+        raise PydanticCustomError(METHOD_MISSPELLED, f"{value!r} is not a method: {did_you_mean(meant)} "
+                                  "(a plugin's method may not be within two edits of a built-in one)")
+    if not re.search(METHOD_NAME_RE, value):
+        raise ValueError(f"{METHOD_NAME_RULE}, got {value!r}")
+    return value
+
+
+Method = Annotated[str, Field(max_length=MAX_METHOD_NAME), AfterValidator(_method_name)]
 
 Auto = Literal["auto"]
 IntOrAuto = Union[Auto, int]
@@ -205,6 +224,9 @@ class GpuSpec(SpecModel):
 
 
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
+VLLM_VERSION_RE = r"^\d+\.\d+\.\d+$"
+# What each `pattern=` of these models allows, in words (api/errors.py quotes them).
+PATTERN_WORDS = {QUANTITY: "a Kubernetes quantity like 500m, 4 or 16Gi", VLLM_VERSION_RE: "a vLLM release X.Y.Z, e.g. 0.34.0"}
 
 
 class ResourcesSpec(SpecModel):
@@ -313,8 +335,8 @@ def _as_kubernetes(model: Any, value: Any, where: str) -> None:
         model.model_validate(value)
     except ValidationError as exc:
         first = exc.errors()[0]
-        path = ".".join(str(p) for p in first["loc"])
-        what = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+        path = ".".join(str(p) for p in user_loc(first))
+        what = "unknown field" if first["type"] == "extra_forbidden" else field_message([first], {})
         raise ValueError(f"{where}{'.' if where and path else ''}{path}: {what} (a Kubernetes {model.__name__[2:]})") from None
 
 
@@ -361,7 +383,7 @@ class SpeculativeDeploymentSpec(SpecModel):
     serving: ServingSpec = Field(default_factory=ServingSpec, description="Serving limits that size the KV cache.")
     replicas: int = Field(1, ge=0, le=1000, description="Number of serving replicas (each may span several nodes).")
     image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`. Its release tag (vX.Y.Z, X.Y.Z, vX.Y.Z-cu130) decides which vLLM release's rules judge the spec, unless vllmVersion is set.", max_length=512)
-    vllm_version: str | None = Field(None, description="The vLLM release the image runs (X.Y.Z), for images whose tag is not a release tag (latest, nightly, a digest, a private build). Its rules judge the spec.", pattern=r"^\d+\.\d+\.\d+$", max_length=32)
+    vllm_version: str | None = Field(None, description="The vLLM release the image runs (X.Y.Z), for images whose tag is not a release tag (latest, nightly, a digest, a private build). Its rules judge the spec.", pattern=VLLM_VERSION_RE, max_length=32)
     vllm: VllmSpec = Field(default_factory=VllmSpec, description="Extra vLLM args and environment.")
     hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Secret holding a Hugging Face token, injected as HF_TOKEN via secretKeyRef only.")
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Volume for the Hugging Face model cache.")

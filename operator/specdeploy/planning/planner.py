@@ -4,11 +4,12 @@ node where possible, every rejected candidate recorded with its reason."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 from specdeploy.api.spec import PP_FIELD, SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, Severity, Stage, error, has_errors, info
+from specdeploy.findings import Finding, Severity, Stage, clipped, cut, error, has_errors, info, some_of
 from specdeploy.geometry import Geometry, ModelInputs, Models
 from specdeploy.planning.gpus import GpuProduct, UnknownGpuError, lookup_gpu, resource_name
 from specdeploy.planning.cache_volume import check_model_cache
@@ -270,9 +271,22 @@ def _no_layout(spec: SpeculativeDeploymentSpec, target: Geometry, candidates: li
                       f"{MAX_NODES_PER_REPLICA} nodes); give both sizes to go beyond that", Stage.PLAN)]
     if len(candidates) > 1:
         return [error("no-layout", "spec.parallelism",
-                      f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6]),
-                      Stage.PLAN)]
+                      clipped(f"none of {len(candidates)} layouts (TP x PP) is valid and fits: ", _reasons_lost(candidates)), Stage.PLAN)]
     return []
+
+
+def _reasons_lost(candidates: list[Candidate]) -> list[str]:
+    """Layouts that lost for the same first reason (numbers aside) together, in the first one's words
+    (the first layout's findings follow in full): 16 PPs of one refused TP are one line, not 16."""
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(re.sub(r"\d+(\.\d+)?", "#", c.reason.split("; ")[0]), []).append(c)
+    out = []
+    for group in groups.values():
+        layouts = some_of([f"{c.tensor_parallel_size}x{c.pipeline_parallel_size}" for c in group], 3)
+        clauses = group[0].reason.split("; ")
+        out.append(f"{layouts}: {cut(clauses[0], 100)}" + (f" (+{len(clauses) - 1} more)" if len(clauses) > 1 else ""))
+    return out
 
 def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_in: ModelInputs,
                 draft_in: ModelInputs | None, facts: VllmFacts, rules: LayoutRules) -> tuple[Plan | None, list[Finding]]:
