@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from specdeploy import cli
+from tests.conftest import not_in_our_words
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD = sorted((ROOT / "tests" / "fixtures" / "bad-crs").glob("*.yaml"))
@@ -49,6 +50,8 @@ def test_each_bad_cr_is_refused_with_a_message(capsys: pytest.CaptureFixture[str
             assert data["ok"] is False
             messages = [f["message"] for r in data.get("results", []) for f in r["findings"] if f["severity"] == "error"]
             assert messages or data["error"]["message"], data
+            # Every finding in our words (never pydantic's) and short enough for an Event.
+            assert not not_in_our_words([f["message"] for r in data.get("results", []) for f in r["findings"]])
         else:
             assert (err if code == 2 else out).strip()
 

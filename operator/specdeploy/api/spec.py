@@ -11,6 +11,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from specdeploy.api.errors import field_message, user_loc
+from specdeploy.api.image_reference import IMAGE_INVALID, image_problem
 from specdeploy.api.names import QUALIFIED_NAME_RULE, is_dns1123_subdomain, is_label_value, qualified_name_problem
 from specdeploy.findings import did_you_mean
 from specdeploy.vllm import DEFAULT_IMAGE
@@ -66,6 +67,14 @@ def _matching(pattern: str, message: str) -> AfterValidator:
 def _not_empty(value: str) -> str:
     if not value:
         raise ValueError("must not be empty")
+    return value
+
+
+def _image_reference(value: str) -> str:
+    """What the kubelet cannot parse never reaches a pod (api/image_reference.py)."""
+    problem = image_problem(value)
+    if problem:
+        raise PydanticCustomError(IMAGE_INVALID, problem)
     return value
 
 
@@ -260,10 +269,40 @@ class SecretKeyRef(SpecModel):
     key: str = Field("token", description="Key in the Secret.", max_length=253)
 
 
+# validation.go IsEnvVarName: the name every supported Kubernetes takes (1.34 relaxes it).
+ENV_NAME_RE = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+
+
 class EnvVar(SpecModel):
     name: str = Field(description="Environment variable name.", max_length=256)
     value: str | None = Field(None, description="Literal value.", max_length=4096)
     value_from: dict[str, Any] | None = Field(None, description="A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+
+    # The API server checks these only when it gets the Deployment: refused there, the spec was
+    # accepted and no pod ever came.
+    @field_validator("name")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not re.match(ENV_NAME_RE, value):
+            raise ValueError(f"{value[:80]!r} is not an environment variable name: letters, digits, '_', '-' and '.', not starting with a digit")
+        return value
+
+    @field_validator("value_from")
+    @classmethod
+    def _env_source(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from kubernetes.client.models.v1_env_var_source import V1EnvVarSource
+
+        if value is not None:
+            _as_kubernetes(V1EnvVarSource, value, "")
+            if len([v for v in value.values() if v is not None]) != 1:
+                raise ValueError("must hold exactly one of secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "EnvVar":
+        if self.value and self.value_from is not None:
+            raise ValueError("set value or valueFrom, not both")
+        return self
 
 
 class VllmSpec(SpecModel):
@@ -382,7 +421,7 @@ class SpeculativeDeploymentSpec(SpecModel):
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec, description="Tensor and pipeline parallelism of the target.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="Serving limits that size the KV cache.")
     replicas: int = Field(1, ge=0, le=1000, description="Number of serving replicas (each may span several nodes).")
-    image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`. Its release tag (vX.Y.Z, X.Y.Z, vX.Y.Z-cu130) decides which vLLM release's rules judge the spec, unless vllmVersion is set.", max_length=512)
+    image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space), AfterValidator(_image_reference)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`. Its release tag (vX.Y.Z, X.Y.Z, vX.Y.Z-cu130) decides which vLLM release's rules judge the spec, unless vllmVersion is set.", max_length=512)
     vllm_version: str | None = Field(None, description="The vLLM release the image runs (X.Y.Z), for images whose tag is not a release tag (latest, nightly, a digest, a private build). Its rules judge the spec.", pattern=VLLM_VERSION_RE, max_length=32)
     vllm: VllmSpec = Field(default_factory=VllmSpec, description="Extra vLLM args and environment.")
     hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Secret holding a Hugging Face token, injected as HF_TOKEN via secretKeyRef only.")

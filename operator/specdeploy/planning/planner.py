@@ -26,7 +26,7 @@ from specdeploy.planning.memory import (
 )
 from specdeploy.planning.batch import BatchLimits, batch_limits
 from specdeploy.planning.compute import layout_compute
-from specdeploy.planning.placement import accelerator_findings, plan_placement, vendor_of
+from specdeploy.planning.placement import accelerator_findings, plan_placement, resource_findings, vendor_of
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import built_draft_tp
@@ -69,12 +69,15 @@ def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, lis
         return None, [error("gpu-unknown", "spec.resources.gpu.product", str(exc), Stage.PLAN)]
 
 
-def image_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
-    """The image against the GPU it will run on (a CUDA build on AMD's, a ROCm build on NVIDIA's)."""
+def device_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
+    """The resource name and the image against the GPU they will run on (nvidia.com/gpus, a
+    CUDA build on AMD's): each fails only at deploy time, so they are judged whatever the models."""
     product, unknown = gpu_product(spec)
     if unknown:
         return []  # the product's own finding says it
-    return accelerator_findings(spec.image, vendor_of(resource_name(spec.resources.gpu.resource_name, product), product))
+    explicit = spec.resources.gpu.resource_name
+    return resource_findings(explicit, product) or \
+        accelerator_findings(spec.image, vendor_of(resource_name(explicit, product), product))
 
 
 def _gpu_memory_gib(spec: SpeculativeDeploymentSpec, product: GpuProduct | None,
