@@ -20,7 +20,7 @@ from specdeploy.api.image_reference import image_problem
 from specdeploy.api.parse import parse_object, parse_spec
 from specdeploy.controller.webhook import admission_verdict
 from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
-from specdeploy.vllm import SUPPORTED_VERSIONS
+from specdeploy.vllm import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from tests.conftest import not_in_our_words
 from tests.unit.test_validation import judge
 
@@ -160,7 +160,7 @@ SPEC = {"target": {"model": "org/t"}, "draft": {"method": "ngram"}}
      "must be 'auto' or an integer, got string \"8\" (write 8 without quotes)"),
     ({"serving": {"kvCacheDtype": "fp9"}}, "spec.serving.kvCacheDtype", "must be one of 'auto', 'bfloat16', 'fp8'"),
     ({"resources": {"cpu": "2 cores"}}, "spec.resources.cpu", "must be a Kubernetes quantity like 500m, 4 or 16Gi"),
-    ({"vllmVersion": "0.34"}, "spec.vllmVersion", "must be a vLLM release X.Y.Z, e.g. 0.34.0, got string \"0.34\""),
+    ({"vllmVersion": "0.34"}, "spec.vllmVersion", f"must be a vLLM release X.Y.Z, e.g. {DEFAULT_VERSION}, got string \"0.34\""),
     ({"replicas": -1}, "spec.replicas", "must be at least 0, got integer -1"),
     ({"vllm": {"extraArgs": ["-x"] * 65}}, "spec.vllm.extraArgs", "must be at most 64 items, got array"),
     ({"serving": "x"}, "spec.serving", "must be a mapping, got string \"x\""),

@@ -14,7 +14,7 @@ from specdeploy.api.errors import field_message, user_loc
 from specdeploy.api.image_reference import IMAGE_INVALID, image_problem
 from specdeploy.api.names import QUALIFIED_NAME_RULE, is_dns1123_subdomain, is_label_value, qualified_name_problem
 from specdeploy.findings import did_you_mean
-from specdeploy.vllm import DEFAULT_IMAGE
+from specdeploy.vllm import DEFAULT_IMAGE, DEFAULT_VERSION
 from specdeploy.vllm.methods import METHODS as METHOD_TABLE
 from specdeploy.vllm.methods import Method as SpeculativeMethod
 from specdeploy.vllm.methods import accepted_names, aliases, method_named, methods_where, misspelled, plugin_releases
@@ -129,7 +129,8 @@ def _method_description() -> str:
     return (f"vLLM speculative method. {kinds}. No draft model: {', '.join(methods_where(draft='none'))}. "
             f"Without draft.model, {', '.join(m.name for m in METHOD_TABLE.values() if m.target_as_draft)} draft "
             f"from the target checkpoint itself. {named}. Any other name is taken only for an image whose vLLM lets "
-            f"plugins register methods ({', '.join(plugin_releases())}), and only a preflight of that image can judge it.")
+            f"plugins register methods ({', '.join(plugin_releases())}), and only a preflight of that image can judge it; "
+            "a name within two edits of one above is refused as a typo of it.")
 
 
 def _draft_model_description() -> str:
@@ -235,7 +236,7 @@ class GpuSpec(SpecModel):
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
 VLLM_VERSION_RE = r"^\d+\.\d+\.\d+$"
 # What each `pattern=` of these models allows, in words (api/errors.py quotes them).
-PATTERN_WORDS = {QUANTITY: "a Kubernetes quantity like 500m, 4 or 16Gi", VLLM_VERSION_RE: "a vLLM release X.Y.Z, e.g. 0.34.0"}
+PATTERN_WORDS = {QUANTITY: "a Kubernetes quantity like 500m, 4 or 16Gi", VLLM_VERSION_RE: f"a vLLM release X.Y.Z, e.g. {DEFAULT_VERSION}"}
 
 
 class ResourcesSpec(SpecModel):
