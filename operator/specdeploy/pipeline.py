@@ -12,6 +12,7 @@ module, and every finding carries the stage that produced it:
                         that depend on it: validation.speculative_config)  stage pair
     plan the layout    (planning.planner)                  stage plan (vLLM's layout rules: pair)
     check extra args   (validation.extra_args)             stage spec
+    and the GPU device (planning.planner.device_findings: resource name, image build), whatever the models
 
 When the rule set is a guess (the image is no release we have rules for: a custom tag, a
 nightly, a fork) and it refuses, the refusal is not vLLM's word: `Evaluation.image_plan` holds the
@@ -28,7 +29,7 @@ from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import VALIDATION_STAGES, Finding, Severity, Stage, at_stage, has_errors
 from specdeploy.geometry import ModelInputs, Models, read_models
 from specdeploy.planning.plan import Plan
-from specdeploy.planning.planner import LayoutRules, image_findings, layout_findings, plan_layout
+from specdeploy.planning.planner import LayoutRules, device_findings, layout_findings, plan_layout
 from specdeploy.render.speculative_config import speculative_config
 from specdeploy.validation.extra_args import check_extra_args
 from specdeploy.validation.load import check_load_layout, check_load_pair
@@ -127,11 +128,12 @@ def _evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: Model
     """The stages in vLLM's order, stopping before the plan at the pair's errors, except (with
     `despite_refusals`: a plan for the image to judge, plan_for_image) RELEASE_REFUSALS."""
     facts, findings = judging_version(spec.vllm_version, spec.image)
-    extra_args = check_extra_args(spec, facts)
+    # What fails only at deploy time (the args, the GPU's resource and image): said whatever the models.
+    deploy_time = check_extra_args(spec, facts) + device_findings(spec)
     models, model_findings = read_models(spec, target, draft, facts)
     findings += at_stage(model_findings, Stage.CONFIG)
     if models is None:
-        return Evaluation(tuple(findings + extra_args), None, facts.version)
+        return Evaluation(tuple(findings + deploy_time), None, facts.version)
     rules = _layout_rules(spec, models, facts)
     findings += check_pair(spec, models, facts)
     findings += check_load_pair(spec, models, draft.config if draft else None)
@@ -139,9 +141,9 @@ def _evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: Model
     findings += k_findings + check_speculative_config(spec, k, models, facts)
     if k is None or has_errors([f for f in findings if not (despite_refusals and f.code in RELEASE_REFUSALS)]):
         # No plan for an invalid pair, but every reason at once: vLLM's layout rules too.
-        return Evaluation(tuple(findings + layout_findings(spec, models, rules) + extra_args), None, facts.version)
+        return Evaluation(tuple(findings + layout_findings(spec, models, rules) + deploy_time), None, facts.version)
     plan, plan_findings = plan_layout(spec, models, k, target, draft, facts, rules)
-    findings += plan_findings + image_findings(spec) + extra_args
+    findings += plan_findings + deploy_time
     config = speculative_config(spec, plan) if plan is not None else None
     return Evaluation(tuple(findings), plan, facts.version, config)
 

@@ -236,7 +236,8 @@ def configure_logging(log_format: str) -> None:
     configuration; "json": one JSON object per line, with the object's namespace and name."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format {log_format!r}: use {' or '.join(LOG_FORMATS)}")
-    kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL)
+    # Text lines about an object start with [namespace/name]; JSON carries them as fields.
+    kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL, log_prefix=log_format != "json")
     objects = logging.getLogger("kopf.objects")
     if not any(isinstance(f, _QuietWatchHandlers) for f in objects.filters):
         objects.addFilter(_QuietWatchHandlers())
@@ -254,9 +255,10 @@ class _SignalsAreOurs(logging.Filter):
 
 class _QuietWatchHandlers(logging.Filter):
     """Drops kopf's "Handler 'heal-pdb' succeeded." line, logged for every child watch event
-    (thousands an hour at scale, saying nothing); what a handler did is logged by the handler."""
+    (thousands an hour at scale, saying nothing); what a handler did is logged by the handler.
+    The reconcile's too: it "succeeded" for an invalid spec, and its own line gives the verdict."""
 
-    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "forget", "telemetry-track")
+    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "forget", "telemetry-track", "reconcile")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.INFO or not isinstance(record.msg, str) or not record.msg.startswith("Handler '"):

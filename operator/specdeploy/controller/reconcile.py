@@ -36,9 +36,11 @@ from specdeploy.controller.conditions import (
     Verdicts,
     WorkloadState,
     condition_events,
+    finding_events,
     merge_conditions,
     ready_verdict,
     scheduling_problem,
+    verdict_line,
     verdicts_from,
     workload_verdicts,
 )
@@ -219,6 +221,8 @@ class Reconciler:
                 break
         result = await self.write_status(namespace, name, functools.partial(self._status_change, run), copy=live, seen=seen)
         result.judged = live
+        if result.body is not None:  # INFO: a logged warning would post a second Event through kopf
+            self.logger.info("Reconciled %s %s/%s: %s", KIND, namespace, name, verdict_line(result.status.get("conditions") or []))
         return result
 
     async def parse(self, run: Pass) -> bool:
@@ -425,11 +429,8 @@ class Reconciler:
             if workload is not None:
                 desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
         conditions = desired["conditions"] = merge_conditions(before, verdicts, now=run.now, generation=run.generation)
-        events = condition_events(before, conditions) + run.events
-        validated = verdicts[VALIDATED]
-        new_errors = desired.get("findings") not in (None, status.get("findings"))
-        if validated.status == "False" and new_errors and not any(e[0] == "Warning" for e in events):
-            events.append(("Warning", validated.reason, validated.message))
+        per_finding, said = finding_events(desired.get("findings"), status.get("findings"), verdicts) if "findings" in desired else ([], frozenset())
+        events = condition_events(before, conditions, said=said) + per_finding + run.events
         return Result(_changes(status, desired), events, retry, retry_kind)
 
     async def _workload_now(self, run: Pass, status: Mapping[str, Any]) -> WorkloadState | None:

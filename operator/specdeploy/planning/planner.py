@@ -4,11 +4,12 @@ node where possible, every rejected candidate recorded with its reason."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 from specdeploy.api.spec import PP_FIELD, SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, Severity, Stage, error, has_errors, info
+from specdeploy.findings import Finding, Severity, Stage, clipped, cut, error, has_errors, info, some_of
 from specdeploy.geometry import Geometry, ModelInputs, Models
 from specdeploy.planning.gpus import GpuProduct, UnknownGpuError, lookup_gpu, resource_name
 from specdeploy.planning.cache_volume import check_model_cache
@@ -25,7 +26,7 @@ from specdeploy.planning.memory import (
 )
 from specdeploy.planning.batch import BatchLimits, batch_limits
 from specdeploy.planning.compute import layout_compute
-from specdeploy.planning.placement import accelerator_findings, plan_placement, vendor_of
+from specdeploy.planning.placement import accelerator_findings, plan_placement, resource_findings, vendor_of
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import built_draft_tp
@@ -68,12 +69,15 @@ def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, lis
         return None, [error("gpu-unknown", "spec.resources.gpu.product", str(exc), Stage.PLAN)]
 
 
-def image_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
-    """The image against the GPU it will run on (a CUDA build on AMD's, a ROCm build on NVIDIA's)."""
+def device_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
+    """The resource name and the image against the GPU they will run on (nvidia.com/gpus, a
+    CUDA build on AMD's): each fails only at deploy time, so they are judged whatever the models."""
     product, unknown = gpu_product(spec)
     if unknown:
         return []  # the product's own finding says it
-    return accelerator_findings(spec.image, vendor_of(resource_name(spec.resources.gpu.resource_name, product), product))
+    explicit = spec.resources.gpu.resource_name
+    return resource_findings(explicit, product) or \
+        accelerator_findings(spec.image, vendor_of(resource_name(explicit, product), product))
 
 
 def _gpu_memory_gib(spec: SpeculativeDeploymentSpec, product: GpuProduct | None,
@@ -270,9 +274,22 @@ def _no_layout(spec: SpeculativeDeploymentSpec, target: Geometry, candidates: li
                       f"{MAX_NODES_PER_REPLICA} nodes); give both sizes to go beyond that", Stage.PLAN)]
     if len(candidates) > 1:
         return [error("no-layout", "spec.parallelism",
-                      f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6]),
-                      Stage.PLAN)]
+                      clipped(f"none of {len(candidates)} layouts (TP x PP) is valid and fits: ", _reasons_lost(candidates)), Stage.PLAN)]
     return []
+
+
+def _reasons_lost(candidates: list[Candidate]) -> list[str]:
+    """Layouts that lost for the same first reason (numbers aside) together, in the first one's words
+    (the first layout's findings follow in full): 16 PPs of one refused TP are one line, not 16."""
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(re.sub(r"\d+(\.\d+)?", "#", c.reason.split("; ")[0]), []).append(c)
+    out = []
+    for group in groups.values():
+        layouts = some_of([f"{c.tensor_parallel_size}x{c.pipeline_parallel_size}" for c in group], 3)
+        clauses = group[0].reason.split("; ")
+        out.append(f"{layouts}: {cut(clauses[0], 100)}" + (f" (+{len(clauses) - 1} more)" if len(clauses) > 1 else ""))
+    return out
 
 def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_in: ModelInputs,
                 draft_in: ModelInputs | None, facts: VllmFacts, rules: LayoutRules) -> tuple[Plan | None, list[Finding]]:
