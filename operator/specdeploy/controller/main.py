@@ -224,6 +224,12 @@ async def heal_pod_disruption_budget(body: kopf.Body, type: str | None, memo: ko
     await _child_event(body, type, memo, logger, workload=False)
 
 
+@kopf.on.event("inference.networking.k8s.io", "v1", "inferencepools", labels=_CHILD_FILTER, id="heal-inferencepool", registry=registry)
+async def heal_inference_pool(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """A hand-edited or deleted InferencePool (spec.routing) is put back."""
+    await _child_event(body, type, memo, logger, workload=False)
+
+
 def configure_logging(log_format: str) -> None:
     """INFO by default (what was created, patched, put back, pruned), through kopf's own log
     configuration; "json": one JSON object per line, with the object's namespace and name."""
@@ -249,7 +255,7 @@ class _QuietWatchHandlers(logging.Filter):
     """Drops kopf's "Handler 'heal-pdb' succeeded." line, logged for every child watch event
     (thousands an hour at scale, saying nothing); what a handler did is logged by the handler."""
 
-    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "forget", "telemetry-track")
+    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "heal-inferencepool", "forget", "telemetry-track")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.INFO or not isinstance(record.msg, str) or not record.msg.startswith("Handler '"):
