@@ -10,6 +10,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 cache="${SPECDEPLOY_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specdeploy-tools}"
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 declare -A packages=([promtool]=github.com/prometheus/prometheus/cmd/promtool)
+declare -A modules=([promtool]=github.com/prometheus/prometheus)
 name="${1:?usage: build.sh promtool}"
 package="${packages[$name]:?no such tool: $name}"
 mkdir -p "$cache"
@@ -19,7 +20,9 @@ dir="$cache/$name-$( (go version; cat "$0" "$here/$name/go.mod" "$here/$name/go.
 if [ ! -f "$dir/.complete" ]; then
   echo "==> building $package (module hack/tools/$name; a few minutes the first time)" >&2
   out="$dir.tmp"; rm -rf "$out"; mkdir -p "$out"
-  (cd "$here/$name" && go build -trimpath -ldflags "-s -w" -o "$out/" "$package")
+  # Stamped with the pinned version (`promtool --version`), which a module build leaves empty.
+  version="$(cd "$here/$name" && go list -m -f '{{.Version}}' "${modules[$name]}")"
+  (cd "$here/$name" && go build -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=$version" -o "$out/" "$package")
   touch "$out/.complete"; rm -rf "$dir"; mv "$out" "$dir"
 fi
 echo "$dir"

@@ -162,6 +162,10 @@ def _deleted(type: str | None, **_: Any) -> bool:
     return type == "DELETED"
 
 
+def _alive(type: str | None, **_: Any) -> bool:
+    return type != "DELETED"
+
+
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="forget", when=_deleted, registry=registry)
 async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted CR: drop what we remembered for it (its children go by garbage collection)."""
@@ -170,6 +174,14 @@ async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     memo.status.forget(meta.get("namespace"), meta.get("name"))
     memo.unschedulable.forget(meta.get("namespace"), label_value(meta.get("name") or ""))
     METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="metrics-observe", when=_alive, registry=registry)
+async def observe_status(body: kopf.Body, **_: Any) -> None:
+    """The per-CR gauges from the status as the API server stores it, whoever wrote it (the
+    reconcile, the readiness mirror, the telemetry's status.speculation), with no hook in them."""
+    meta = body.get("metadata") or {}
+    METRICS.state.observe(meta.get("namespace", ""), meta.get("name", ""), dict(body.get("status") or {}))
 
 
 async def _child_event(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, *, workload: bool) -> None:
@@ -255,7 +267,8 @@ class _QuietWatchHandlers(logging.Filter):
     """Drops kopf's "Handler 'heal-pdb' succeeded." line, logged for every child watch event
     (thousands an hour at scale, saying nothing); what a handler did is logged by the handler."""
 
-    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "heal-inferencepool", "forget", "telemetry-track")
+    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "heal-inferencepool", "forget", "telemetry-track",
+            "metrics-observe")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.INFO or not isinstance(record.msg, str) or not record.msg.startswith("Handler '"):
