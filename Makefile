@@ -28,7 +28,7 @@ VLLM_WHEEL_VENVS := $(foreach v,$(VLLM_WHEEL_RELEASES),$(call release_venv,$(v))
 # The GPU wheel must be told its platform, and must not stall on Hub look-ups.
 VLLM_NEXT_ENV := HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
 
-.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-cluster cluster-up cluster-down cluster-binaries helm test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
+.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-cluster cluster-up cluster-down cluster-binaries helm promtool test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
 # What the venvs install is pinned: constraints/*.txt are `pip freeze` of venvs that passed
 # `make test`, passed to every pip install with -c, so an upstream release cannot turn main
 # red. `make constraints` refreshes them on purpose (then run `make test` and commit them).
@@ -96,6 +96,12 @@ cluster-binaries:
 helm:
 	bash hack/cluster/build.sh helm
 
+# Prometheus' promtool, which checks and unit-tests the chart's alert rules (tests/unit/test_alert_rules.py):
+# built from the Go module proxy at the version hack/tools/promtool/go.mod pins, cached outside
+# the clone (a few minutes the first time).
+promtool:
+	bash hack/tools/build.sh promtool
+
 cluster-up: venv
 	$(PY) hack/cluster/controlplane.py up
 
@@ -113,7 +119,7 @@ lint: venv
 
 # Tests marked needs_vllm_venv run the core venv's code against the vLLM venv standing for an
 # image's vLLM (the preflight's CLI and Job): test-preflight runs them once that venv is built.
-test-core: venv helm
+test-core: venv helm promtool
 	$(PY) -m pytest -q -m "not needs_vllm_venv" tests/unit tests/integration tests/fuzz
 
 # The suites skip without vLLM; importing it first makes a broken vLLM venv fail, not skip.

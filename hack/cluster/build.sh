@@ -67,6 +67,13 @@ mkdir -p "$out/lws-config/crd" "$out/lws-config/webhook"
 cp "$lws_dir"/config/crd/bases/*.yaml "$out/lws-config/crd/"
 cp "$lws_dir/config/webhook/manifests.yaml" "$out/lws-config/webhook/"
 chmod -R u+w "$out/lws-config"
+# The Gateway API Inference Extension's InferencePool CRD (spec.routing renders an InferencePool),
+# from the module version hack/cluster/inference pins: a CRD only, nothing to build.
+inference_dir="$(cd "$here/inference" && go mod download sigs.k8s.io/gateway-api-inference-extension &&
+                 go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api-inference-extension)"
+mkdir -p "$out/inference-crd"
+cp "$inference_dir/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml" "$out/inference-crd/"
+chmod -R u+w "$out/inference-crd"
 touch "$out/.complete"
 rm -rf "$bin"; mv "$out" "$bin"
 echo "$bin"

@@ -254,6 +254,7 @@ class ControlPlane:
         self._wait("the node pool", lambda: api.ready_nodes() >= sum(s.count for s in self.pool))
         self._wait("the default ServiceAccount", lambda: api.ok("/api/v1/namespaces/default/serviceaccounts/default"))
         self._start_lws(ca, api)
+        self._install_crds(api, self.bin_dir / "inference-crd")
 
     def _start_etcd(self) -> int:
         client, peer = free_port(), free_port()
@@ -325,15 +326,19 @@ class ControlPlane:
             f"--server-address=127.0.0.1:{free_port()}",
         ])
 
+    def _install_crds(self, api: Api, directory: Path) -> None:
+        """Create every CRD in `directory` and wait until each is established."""
+        for crd in sorted(directory.glob("*.yaml")):
+            made = api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", _yaml(crd.read_text())[0])
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{made['metadata']['name']}"
+            self._wait(f"CRD {made['metadata']['name']} established", lambda: api.established(path))
+
     def _start_lws(self, ca: Authority, api: Api) -> None:
         """The LeaderWorkerSet controller, as its chart runs it but with its certificate ours and
         its webhooks reached by loopback URL (as envtest does): its CRDs, then the process,
         then the webhook configurations once it serves."""
         config_dir = self.bin_dir / "lws-config"
-        for crd in sorted((config_dir / "crd").glob("*.yaml")):
-            made = api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", _yaml(crd.read_text())[0])
-            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{made['metadata']['name']}"
-            self._wait(f"CRD {made['metadata']['name']} established", lambda: api.established(path))
+        self._install_crds(api, config_dir / "crd")
         certs = self.root / "lws-certs"
         certs.mkdir(exist_ok=True)
         cert, key = ca.issue("lws-webhook", hosts=("127.0.0.1",))

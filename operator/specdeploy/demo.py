@@ -41,12 +41,13 @@ DEFAULT_EXAMPLE = ROOT / "examples" / "llama-3.1-8b-eagle3.yaml"
 DEFAULT_LOG = Path("specdeploy-demo.log")
 NAMESPACE = "default"
 LWS_RESOURCE = "leaderworkerset.x-k8s.io/v1/leaderworkersets"
+INFERENCE_POOL_RESOURCE = "inference.networking.k8s.io/v1/inferencepools"
 SD_RESOURCE = f"{API_GROUP}/{API_VERSION}/{PLURAL}"
 
 
 def register_resources(emulator: Any) -> None:
     """Discovery for what the operator serves and writes: the built-in kinds, our CRD (with
-    status and scale subresources, as the real CRD declares) and LeaderWorkerSet."""
+    status and scale subresources, as the real CRD declares), LeaderWorkerSet and InferencePool."""
     import kmock
 
     emulator.resources.load_bundled()
@@ -57,6 +58,9 @@ def register_resources(emulator: Any) -> None:
     )
     emulator.resources[LWS_RESOURCE] = kmock.ResourceInfo(
         kind="LeaderWorkerSet", singular="leaderworkerset", namespaced=True, verbs=verbs, subresources={"status"},
+    )
+    emulator.resources[INFERENCE_POOL_RESOURCE] = kmock.ResourceInfo(
+        kind="InferencePool", singular="inferencepool", shortnames={"infpool"}, namespaced=True, verbs=verbs, subresources={"status"},
     )
 
 

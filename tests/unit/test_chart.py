@@ -113,7 +113,8 @@ def test_helm_lint_strict_is_clean(helm, values):
 def test_every_values_set_is_documented():
     """Each ci/ values file is one of the sets docs/install.md describes."""
     doc = (REPO_ROOT / "docs" / "install.md").read_text()
-    assert {p.stem for p in CI_VALUES} == {"cluster-wide-values", "namespaced-values", "secrets-values", "webhook-values"}
+    assert {p.stem for p in CI_VALUES} == {"cluster-wide-values", "namespaced-values", "observability-values", "secrets-values",
+                                          "webhook-values"}
     for path in CI_VALUES:
         assert f"ci/{path.name}" in doc
 
@@ -125,9 +126,35 @@ def test_rendered_objects_pass_kubernetes_validate_strict(helm, values, kube_ver
     kinds = {o["kind"] for o in objects}
     assert {"CustomResourceDefinition", "ServiceAccount", "Deployment"} <= kinds
     for obj in objects:
+        if obj["apiVersion"] == PROMETHEUS_OPERATOR:
+            _check_prometheus_operator_object(obj)
+            continue
         # Raises ValidationError on an unknown field or a wrong type; SchemaNotFoundError on a
         # kind this Kubernetes version does not have.
         kubernetes_validate.validate(obj, kube_version, strict=True)
+
+
+# The Prometheus Operator's kinds (monitoring.coreos.com/v1): no schema for them is available
+# offline, so their spec is held to the fields the chart may set; a PrometheusRule's groups are
+# checked by promtool (tests/unit/test_alert_rules.py).
+PROMETHEUS_OPERATOR = "monitoring.coreos.com/v1"
+PROMETHEUS_OPERATOR_SPEC = {
+    "ServiceMonitor": {"selector", "endpoints", "namespaceSelector", "jobLabel"},
+    "PodMonitor": {"selector", "namespaceSelector", "podMetricsEndpoints", "jobLabel", "podTargetLabels", "sampleLimit"},
+    "PrometheusRule": {"groups"},
+}
+ENDPOINT_FIELDS = {"port", "path", "interval", "scrapeTimeout", "scheme", "honorLabels", "relabelings"}
+
+
+def _check_prometheus_operator_object(obj: dict) -> None:
+    spec = obj["spec"]
+    assert set(spec) <= PROMETHEUS_OPERATOR_SPEC[obj["kind"]], (obj["kind"], set(spec))
+    for endpoint in spec.get("endpoints", []) + spec.get("podMetricsEndpoints", []):
+        assert set(endpoint) <= ENDPOINT_FIELDS, endpoint
+    for group in spec.get("groups", []):
+        assert set(group) <= {"name", "interval", "rules"} and group["rules"]
+        for rule in group["rules"]:
+            assert set(rule) <= {"alert", "record", "expr", "for", "labels", "annotations"}, rule
 
 
 def test_kube_version_below_the_minimum_is_refused(helm):
@@ -152,6 +179,9 @@ def test_kube_version_below_the_minimum_is_refused(helm):
         ["--set", "reconcileTimeBudgetSeconds=0"],
         ["--set", "webhook.networkPolicy.enabled=maybe"],
         ["--set-json", 'webhook.networkPolicy.from=[{"ipBlok": {"cidr": "10.0.0.0/8"}}]'],
+        ["--set", "metrics.prometheusRule.enabled=maybe"],
+        ["--set", "metrics.grafanaDashboard.namespace=Not_A_Namespace"],
+        ["--set", "metrics.grafanaDashboard.labels=null"],  # the sidecar would never find it
     ],
 )
 def test_values_schema_rejects_bad_values(helm, bad):
@@ -305,7 +335,7 @@ def test_deployment_is_two_leader_electing_replicas_with_restricted_pod_security
     assert _container(objects)["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     (svc,) = [s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("-metrics")]
     assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
-    assert not by_kind(objects, "ServiceMonitor")
+    assert len(by_kind(objects, "ServiceMonitor")) == int(values_of(values)["metrics"]["serviceMonitor"]["enabled"])
     assert pod["enableServiceLinks"] is False
     # Pod Security Standard "restricted", field by field.
     psc, csc = pod["securityContext"], _container(objects)["securityContext"]
@@ -586,6 +616,8 @@ def test_one_replica_runs_without_leader_election_and_a_service_monitor_is_optio
     assert not by_kind(objects, "PodDisruptionBudget")
     (monitor,) = by_kind(objects, "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    # The per-CR gauges' own namespace label is kept (not renamed exported_namespace).
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
 
 
 def test_the_reconcile_time_budget_reaches_the_operator(helm, monkeypatch):
@@ -633,6 +665,43 @@ def test_an_optional_pod_monitor_scrapes_the_vllm_pods_the_operator_renders(helm
     (container,) = pod["spec"]["containers"]
     assert endpoint["port"] in {p["name"] for p in container["ports"]}
     assert pod["metadata"]["annotations"]["prometheus.io/path"] == endpoint["path"]
+    # Each series is labelled with the CR the pod serves (the dashboard's vLLM panels filter on it).
+    assert spec["podTargetLabels"] == ["app.kubernetes.io/instance"]
+    assert "app.kubernetes.io/instance" in pod["metadata"]["labels"]
     # ... and not the operator's own pods (those are the ServiceMonitor's).
     (operator,) = by_kind(objects, "Deployment")
     assert not spec["selector"]["matchLabels"].items() <= operator["spec"]["template"]["metadata"]["labels"].items()
+
+
+# --- alerts and dashboard -------------------------------------------------------------------
+
+RULES_FILE = CHART / "files" / "prometheus-rules.yaml"
+DASHBOARD_FILE = CHART / "files" / "grafana-dashboard.json"
+
+
+def test_alerts_and_dashboard_are_opt_in(helm):
+    objects = render(helm)
+    assert not by_kind(objects, "PrometheusRule")
+    assert not [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")]
+
+
+def test_the_prometheus_rule_is_the_rules_file_promtool_tests(helm):
+    objects = render(helm, None, "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.prometheusRule.labels.release=prom")
+    (rule,) = by_kind(objects, "PrometheusRule")
+    assert rule["apiVersion"] == PROMETHEUS_OPERATOR and rule["metadata"]["namespace"] == NAMESPACE
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    assert rule["spec"] == yaml.safe_load(RULES_FILE.read_text())
+
+
+def test_the_dashboard_configmap_is_found_by_grafanas_sidecar(helm):
+    values = CHART / "ci" / "observability-values.yaml"
+    (dashboard,) = [o for o in by_kind(render(helm, values), "ConfigMap") if o["metadata"]["name"] == f"{RELEASE}-specdeploy-dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"  # the sidecar's default label
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "LLM serving"}
+    (body,) = dashboard["data"].values()
+    assert json.loads(body) == json.loads(DASHBOARD_FILE.read_text())
+    moved = render(helm, None, "--set", "metrics.grafanaDashboard.enabled=true", "--set-json",
+                   'metrics.grafanaDashboard.labels={"dashboards": "llm"}')
+    (dashboard,) = [o for o in by_kind(moved, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")]
+    assert dashboard["metadata"]["namespace"] == NAMESPACE and dashboard["metadata"]["labels"]["dashboards"] == "llm"

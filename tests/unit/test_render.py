@@ -286,7 +286,8 @@ def test_child_names_fit_kubernetes_limits_for_any_cr_name() -> None:
             assert is_dns1035_label(child), (name, kind, child)
         assert is_label_value(label_value(name))
         assert seen.setdefault(child_names(name)["Service"], name) == name  # distinct CRs never share a child
-    assert child_names("llama") == {"Deployment": "llama", "LeaderWorkerSet": "llama", "Service": "llama-api", "PodDisruptionBudget": "llama"}
+    assert child_names("llama") == {"Deployment": "llama", "LeaderWorkerSet": "llama", "Service": "llama-api", "PodDisruptionBudget": "llama",
+                                   "InferencePool": "llama"}
 
 
 def test_invalid_names_reports_every_name_kubernetes_would_refuse() -> None:

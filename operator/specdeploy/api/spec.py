@@ -413,6 +413,27 @@ class PreflightSpec(SpecModel):
     deadline_seconds: int = Field(1800, ge=60, le=86400, description="activeDeadlineSeconds of the preflight Job: pulling a multi-GB vLLM image on a new node is most of it.")
 
 
+# A Service name (the endpoint picker's): a DNS-1035 label.
+SERVICE_NAME_RE = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+EndpointPickerFailureMode = Literal["FailClose", "FailOpen"]
+
+
+class EndpointPickerSpec(SpecModel):
+    """The endpoint picker the gateway asks which pod of the pool takes each request."""
+
+    name: str = Field(description="Service of the endpoint picker in the same namespace: an EPP of the Gateway API Inference Extension (or llm-d's inference scheduler) started with --pool-name set to this pool's name (the workload's name, status.workload).",
+                      min_length=1, max_length=63, pattern=SERVICE_NAME_RE)
+    port: int = Field(9002, ge=1, le=65535, description="The Service port of the endpoint picker's gRPC (ext-proc) server; 9002 is the EPP's default.")
+    failure_mode: EndpointPickerFailureMode = Field("FailClose", description="When the picker does not answer: FailClose (the default) refuses the request, FailOpen lets the gateway send it to any pod of the pool.")
+
+
+class RoutingSpec(SpecModel):
+    """Opt-in: the serving pods as an InferencePool (Gateway API Inference Extension,
+    inference.networking.k8s.io/v1), so a gateway's HTTPRoute can send traffic to them."""
+
+    endpoint_picker: EndpointPickerSpec | None = Field(None, description="The pool's endpointPickerRef. Unset: the pool has none, for gateways that pick endpoints themselves.")
+
+
 class SpeculativeDeploymentSpec(SpecModel):
     """Desired state: a target model served by vLLM with a speculative draft attached."""
 
@@ -429,4 +450,5 @@ class SpeculativeDeploymentSpec(SpecModel):
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Volume for the Hugging Face model cache.")
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="Where the vLLM pods run.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rolling update limits.")
+    routing: RoutingSpec | None = Field(None, description="Set (routing: {} at least) to render an InferencePool of the Gateway API Inference Extension (its CRD must be installed) named like the workload, selecting the serving pods on vLLM's port 8000, for a gateway's HTTPRoute to use as a backend; removed again when unset. docs/routing.md.")
     preflight: PreflightSpec = Field(default_factory=PreflightSpec, description="Before the first GPU workload of a new image, args and configs: a CPU Job from spec.image runs the image's own vLLM on the exact args (spec.scheduling places it, so it also pre-pulls the image).")

@@ -19,10 +19,15 @@ from specdeploy.controller.kube import Kube, KubeTemporaryError
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL, label_value
 
 # Every kind a SpeculativeDeployment's children can have (kind names of controller/kube.py).
-CHILD_KINDS = ("Deployment", "LeaderWorkerSet", "Service", "PodDisruptionBudget")
+CHILD_KINDS = ("Deployment", "LeaderWorkerSet", "Service", "PodDisruptionBudget", "InferencePool")
 
-# Map fields under which every key is ours: keys no longer rendered are deleted.
+# Map fields under which every key is ours: keys no longer rendered are deleted. An
+# InferencePool's selector loses the leader's worker-index with a switch to one node per replica
+# (a Deployment's selector is immutable, and never changes).
 _OWNED_MAPS = (("spec", "selector"),)
+_OWNED_MAPS_BY_KIND = {"InferencePool": (("spec", "selector", "matchLabels"),)}
+# Optional fields of a child's spec the renderer writes only when the CR sets them.
+_OPTIONAL_SPEC_FIELDS = ("endpointPickerRef",)
 # Optional pod-spec fields the renderer writes only when the spec sets them.
 _OPTIONAL_POD_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName")
 _POD_SPECS = (
@@ -79,15 +84,16 @@ def _set_null(patch: dict[str, Any], path: tuple[str, ...], key: str) -> None:
 def merge_patch(live: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
     """What to send so `live` renders as `desired` again; {} when nothing we own differs."""
     patch = _diff(live, desired) or {}
-    for path in _OWNED_MAPS:
+    for path in _OWNED_MAPS + _OWNED_MAPS_BY_KIND.get(desired.get("kind", ""), ()):
         have, want = _at(live, path), _at(desired, path)
         if have is not None and want is not None:
             for key in have.keys() - want.keys():
                 _set_null(patch, path, key)
-    for path in _POD_SPECS:
+    optional = [(path, _OPTIONAL_POD_FIELDS) for path in _POD_SPECS] + [(("spec",), _OPTIONAL_SPEC_FIELDS)]
+    for path, keys in optional:
         have, want = _at(live, path), _at(desired, path)
         if have is not None and want is not None:
-            for key in _OPTIONAL_POD_FIELDS:
+            for key in keys:
                 if key in have and key not in want:
                     _set_null(patch, path, key)
     return patch

@@ -97,6 +97,7 @@ KINDS: dict[str, Kind] = {
     "LeaderWorkerSet": Kind("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
     "Service": Kind("", "v1", "services"),
     "PodDisruptionBudget": Kind("policy", "v1", "poddisruptionbudgets"),
+    "InferencePool": Kind("inference.networking.k8s.io", "v1", "inferencepools"),
     "ConfigMap": Kind("", "v1", "configmaps"),
     "Secret": Kind("", "v1", "secrets"),
     "Pod": Kind("", "v1", "pods"),

@@ -168,6 +168,10 @@ def _deleted(type: str | None, **_: Any) -> bool:
     return type == "DELETED"
 
 
+def _alive(type: str | None, **_: Any) -> bool:
+    return type != "DELETED"
+
+
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="forget", when=_deleted, registry=registry)
 async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted CR: drop what we remembered for it (its children go by garbage collection)."""
@@ -177,6 +181,14 @@ async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     DIFFBASE.forget(meta.get("uid"))
     memo.unschedulable.forget(meta.get("namespace"), label_value(meta.get("name") or ""))
     METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL, id="metrics-observe", when=_alive, registry=registry)
+async def observe_status(body: kopf.Body, **_: Any) -> None:
+    """The per-CR gauges from the status as the API server stores it, whoever wrote it (the
+    reconcile, the readiness mirror, the telemetry's status.speculation), with no hook in them."""
+    meta = body.get("metadata") or {}
+    METRICS.state.observe(meta.get("namespace", ""), meta.get("name", ""), dict(body.get("status") or {}))
 
 
 async def _child_event(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, *, workload: bool) -> None:
@@ -231,6 +243,12 @@ async def heal_pod_disruption_budget(body: kopf.Body, type: str | None, memo: ko
     await _child_event(body, type, memo, logger, workload=False)
 
 
+@kopf.on.event("inference.networking.k8s.io", "v1", "inferencepools", labels=_CHILD_FILTER, id="heal-inferencepool", registry=registry)
+async def heal_inference_pool(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """A hand-edited or deleted InferencePool (spec.routing) is put back."""
+    await _child_event(body, type, memo, logger, workload=False)
+
+
 def configure_logging(log_format: str) -> None:
     """INFO by default (what was created, patched, put back, pruned), through kopf's own log
     configuration; "json": one JSON object per line, with the object's namespace and name."""
@@ -258,7 +276,8 @@ class _QuietWatchHandlers(logging.Filter):
     (thousands an hour at scale, saying nothing); what a handler did is logged by the handler.
     The reconcile's too: it "succeeded" for an invalid spec, and its own line gives the verdict."""
 
-    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "forget", "telemetry-track", "reconcile")
+    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "heal-inferencepool", "forget", "telemetry-track",
+            "metrics-observe", "reconcile")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.INFO or not isinstance(record.msg, str) or not record.msg.startswith("Handler '"):

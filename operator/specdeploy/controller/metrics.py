@@ -2,9 +2,9 @@
 
 `/metrics` (prometheus_client's exposition): reconciles by result, reconcile duration, API
 responses with an error status by verb, kind and code, preflight refusals of specs the fast
-rules accepted by the judge's stage, and two gauges computed at scrape time
-from what the reconciles last saw: CRs by Ready status, and current findings by code and
-severity. `/readyz`: 200 once the replica serves, its webhook too when it is on (leader or standby: both
+rules accepted by the judge's stage, and gauges computed at scrape time from the last status
+each CR was given: CRs by Ready status, current findings by code and severity, and per CR
+(labels namespace and name) its speculation figures and preflight outcome. `/readyz`: 200 once the replica serves, its webhook too when it is on (leader or standby: both
 serve the webhook, and a standby
 that is not Ready would stall every rolling update), else 503; its body says "leader" or
 "standby". `/leader`: 200 on the leader, 503 on a standby (for a Service or a person that
@@ -13,9 +13,11 @@ wants the leader only); `specdeploy_leader` the same as a gauge.
 
 from __future__ import annotations
 
+import datetime
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -27,18 +29,86 @@ METRICS_PORT_ENV = "SPECDEPLOY_METRICS_PORT"
 METRICS_PORT = Number(METRICS_PORT_ENV, 0, minimum=1, maximum=65535, integer=True)  # unset: no server
 
 
+# Per-CR gauges, from status.speculation (the telemetry's reading of the pods' /metrics), the
+# plan and the preflight: (metric, help, value from the status).
+_SPECULATION_GAUGES: tuple[tuple[str, str, Callable[[Mapping[str, Any]], float | None]], ...] = (
+    ("specdeploy_speculation_acceptance_rate", "Draft tokens accepted / proposed over the telemetry window (status.speculation.acceptanceRate)",
+     lambda s: _number(_speculation(s).get("acceptanceRate"))),
+    ("specdeploy_speculation_mean_acceptance_length", "Tokens per target step: 1 + accepted / drafts (status.speculation.meanAcceptanceLength)",
+     lambda s: _number(_speculation(s).get("meanAcceptanceLength"))),
+    ("specdeploy_speculation_drafts_per_second", "Drafts proposed per second over the telemetry window, all serving pods",
+     lambda s: _per_second(_speculation(s))),
+    ("specdeploy_speculation_num_speculative_tokens", "The k in force (status.speculation, else the plan)",
+     lambda s: _number(_speculation(s).get("numSpeculativeTokens", (s.get("plan") or {}).get("numSpeculativeTokens")))),
+    ("specdeploy_speculation_predicted_speedup", "Decoding speedup the goodput model predicts at the k in force (status.speculation.predictedSpeedup)",
+     lambda s: _number(_speculation(s).get("predictedSpeedup"))),
+    ("specdeploy_speculation_speedup_at_load", "Throughput at the k in force over no speculation, at the observed typical batch size (below 1: speculation does not pay at this load)",
+     lambda s: _number(_observed_load(s).get("predictedSpeedup"))),
+    ("specdeploy_speculation_crossover_batch_size", "Smallest batch size at which no k pays (status.speculation.crossoverBatchSize)",
+     lambda s: _number(_speculation(s).get("crossoverBatchSize"))),
+    ("specdeploy_speculation_observed_batch_size", "Typical (median) running batch size per engine over the window (status.speculation.observedLoad.typicalBatchSize)",
+     lambda s: _number(_observed_load(s).get("typicalBatchSize"))),
+    ("specdeploy_speculation_observed_timestamp_seconds", "When the pods' counters last moved and status.speculation was computed (Unix time)",
+     lambda s: _unix_time(_speculation(s).get("observedAt"))),
+)
+_OBJECT_LABELS = ["namespace", "name"]
+
+
+def _speculation(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    return status.get("speculation") or {}
+
+
+def _observed_load(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _speculation(status).get("observedLoad") or {}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _per_second(speculation: Mapping[str, Any]) -> float | None:
+    """drafts over the window, whose length status writes as e.g. "600s"."""
+    try:
+        seconds = float(str(speculation.get("window") or "").removesuffix("s"))
+    except ValueError:
+        return None
+    drafts = _number(speculation.get("drafts"))
+    return drafts / seconds if drafts is not None and seconds > 0 else None
+
+
+def _unix_time(stamp: Any) -> float | None:
+    try:
+        return datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the collector keeps of one CR's status: a few numbers, not the status."""
+
+    ready: str
+    findings: tuple[tuple[str, str], ...]
+    gauges: tuple[float | None, ...]
+    preflight: str | None
+
+
 class _StateCollector:
-    """CRs by Ready and findings by code, from the last status each CR was given."""
+    """CRs by Ready and findings by code, and each CR's speculation gauges and preflight outcome,
+    from the last status each CR was given. A CR's series are one per gauge, labelled with its
+    namespace and name only, and go at the first scrape after the CR is deleted (`forget`)."""
 
     def __init__(self) -> None:
-        self._state: dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...]]] = {}
+        self._state: dict[tuple[str, str], _Seen] = {}
         self._guard = threading.Lock()
 
-    def observe(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def observe(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         ready = next((c.get("status", "Unknown") for c in status.get("conditions") or [] if c.get("type") == READY), "Unknown")
         findings = tuple((f.get("code", ""), f.get("severity", "")) for f in status.get("findings") or [] if isinstance(f, dict))
+        gauges = tuple(value(status) for _, _, value in _SPECULATION_GAUGES)
+        outcome = (status.get("preflight") or {}).get("outcome")
         with self._guard:
-            self._state[(namespace, name)] = (ready, findings)
+            self._state[(namespace, name)] = _Seen(ready, findings, gauges, outcome if isinstance(outcome, str) else None)
 
     def forget(self, namespace: str, name: str) -> None:
         with self._guard:
@@ -46,13 +116,13 @@ class _StateCollector:
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         with self._guard:
-            state = list(self._state.values())
+            state = sorted(self._state.items())
         ready = GaugeMetricFamily("specdeploy_resources", "SpeculativeDeployments by their Ready condition", labels=["ready"])
         counts: dict[str, int] = {"True": 0, "False": 0, "Unknown": 0}
         by_code: dict[tuple[str, str], int] = {}
-        for status, findings in state:
-            counts[status] = counts.get(status, 0) + 1
-            for key in findings:
+        for _, seen in state:
+            counts[seen.ready] = counts.get(seen.ready, 0) + 1
+            for key in seen.findings:
                 by_code[key] = by_code.get(key, 0) + 1
         for status, n in sorted(counts.items()):
             ready.add_metric([status], n)
@@ -61,6 +131,24 @@ class _StateCollector:
         for (code, severity), n in sorted(by_code.items()):
             found.add_metric([code, severity], n)
         yield found
+        yield from _per_object(state)
+
+
+def _per_object(state: list[tuple[tuple[str, str], _Seen]]) -> Iterable[GaugeMetricFamily]:
+    """One series per CR and gauge that has a value; the preflight outcome as one series per CR
+    whose `outcome` label is the current outcome."""
+    for index, (metric, text, _) in enumerate(_SPECULATION_GAUGES):
+        family = GaugeMetricFamily(metric, text, labels=_OBJECT_LABELS)
+        for key, seen in state:
+            if seen.gauges[index] is not None:
+                family.add_metric(list(key), seen.gauges[index])
+        yield family
+    outcome = GaugeMetricFamily("specdeploy_preflight_outcome", "1 for the outcome of the CR's last preflight "
+                                "(Running, Passed, Refused, CouldNotRun, ...; status.preflight.outcome)", labels=[*_OBJECT_LABELS, "outcome"])
+    for key, seen in state:
+        if seen.preflight is not None:
+            outcome.add_metric([*key, seen.preflight], 1)
+    yield outcome
 
 
 class _LeaderCollector:

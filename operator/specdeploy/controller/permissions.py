@@ -34,6 +34,8 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("leaderworkerset.x-k8s.io", "leaderworkersets", ("get", "list", "watch", "create", "patch", "delete")),
     Permission("", "services", ("get", "list", "watch", "create", "patch", "delete")),
     Permission("policy", "poddisruptionbudgets", ("get", "list", "watch", "create", "patch", "delete")),
+    # spec.routing's InferencePool (Gateway API Inference Extension), a child like the others.
+    Permission("inference.networking.k8s.io", "inferencepools", ("get", "list", "watch", "create", "patch", "delete")),
     # Model configs given as spec.target.configMapRef / spec.draft.configMapRef (get); the
     # preflight's ConfigMap (the judge, its request and the configs read), deleted once judged.
     Permission("", "configmaps", ("get", "create", "delete")),

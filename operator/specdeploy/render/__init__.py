@@ -24,6 +24,7 @@ from specdeploy.render.labels import (
 )
 from specdeploy.render.network import pod_disruption_budget, service
 from specdeploy.render.pod import vllm_args
+from specdeploy.render.routing import inference_pool
 from specdeploy.render.speculative_config import speculative_config
 from specdeploy.render.workloads import workload
 
@@ -70,6 +71,8 @@ def render_manifests(spec: SpeculativeDeploymentSpec, plan: Plan, *, name: str, 
         service(plan, name, namespace),
         pod_disruption_budget(name, namespace),
     ]
+    if spec.routing is not None:
+        children.append(inference_pool(spec.routing, plan, name, namespace))
     return [_annotated(child) for child in children]
 
 

@@ -97,6 +97,11 @@ def pdb_name(name: str) -> str:
     return short_name(name)
 
 
+def inference_pool_name(name: str) -> str:
+    """The workload's name: what an HTTPRoute's backendRef and the endpoint picker's --pool-name say."""
+    return workload_name(name)
+
+
 def child_names(name: str) -> dict[str, str]:
     """Every child this CR can have, by kind: the candidates the controller prunes from."""
     return {
@@ -104,6 +109,7 @@ def child_names(name: str) -> dict[str, str]:
         "LeaderWorkerSet": workload_name(name),
         "Service": service_name(name),
         "PodDisruptionBudget": pdb_name(name),
+        "InferencePool": inference_pool_name(name),
     }
 
 
