@@ -15,7 +15,7 @@ import pytest
 
 from specdeploy.controller import state
 from specdeploy.controller.attempt import Outcome, reconcile_once
-from specdeploy.controller.budget import waiting_on_api
+from specdeploy.controller.budget import waiting
 from specdeploy.controller.offload import Slots
 from specdeploy.controller.reconcile import Reconciler, Result
 
@@ -54,7 +54,7 @@ class Scripted(Reconciler):
 
     async def reconcile(self, body: Mapping[str, Any], *, now: str, retry: int = 0) -> Result:
         self.passes += 1
-        with waiting_on_api():
+        with waiting():
             await self.api.wait()
         await self.work.wait()
         if self.error is not None:

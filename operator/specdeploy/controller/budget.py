@@ -1,7 +1,8 @@
 """The reconcile's time budget counts the operator's own work, not its waits on the API server.
 
-A `Budget` is a deadline whose clock stops while the reconcile waits for the API server (for a
-free connection, then for the answer: `Kube` wraps each request in `waiting_on_api`). A slow or
+A `Budget` is a deadline whose clock stops while the reconcile waits on something that is not its
+own work: the API server (a free connection, then the answer: `Kube` wraps each request in
+`waiting`) and a reconcile slot to take again after a config read (`Slots.released`). A slow or
 busy API server then slows reconciles down instead of cutting them off, and a cut-off, with its
 status note and retry, is left for what the budget is for: a stalled config read, a slow verdict.
 
@@ -21,7 +22,7 @@ _CURRENT: contextvars.ContextVar["Budget | None"] = contextvars.ContextVar("spec
 
 class Budget:
     """`seconds` of the operator's own time; `expired` is set when they are spent. The clock
-    runs from `start` except while any request is in flight (`waiting_on_api`)."""
+    runs from `start` except while the reconcile waits (`waiting`)."""
 
     def __init__(self, seconds: float, *, clock: Callable[[], float] | None = None) -> None:
         self.seconds = seconds
@@ -41,7 +42,7 @@ class Budget:
         return self._left - (self._now() - self._since if self._since is not None else 0.0)
 
     def start(self) -> None:
-        """Run the clock, for the current task and the tasks it starts (its requests pause it)."""
+        """Run the clock, for the current task and the tasks it starts (their waits pause it)."""
         _CURRENT.set(self)
         self._started = True
         self._run()
@@ -85,7 +86,8 @@ class Budget:
             self._timer = None
 
 
-def waiting_on_api() -> ContextManager[None]:
-    """Around one API request: the current reconcile's clock stops until it is answered."""
+def waiting() -> ContextManager[None]:
+    """Around a wait that is not the reconcile's own work (an API request, a slot): the current
+    reconcile's clock stops until it ends."""
     budget = _CURRENT.get()
     return budget.paused() if budget is not None else contextlib.nullcontext()

@@ -28,7 +28,7 @@ from kubernetes.client import Configuration
 
 from specdeploy import __version__
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
-from specdeploy.controller.budget import waiting_on_api
+from specdeploy.controller.budget import waiting
 from specdeploy.controller.env import Number
 from specdeploy.controller.permissions import allows
 
@@ -242,7 +242,7 @@ class Kube:
             connect, read = min(connect, timeout), min(read, timeout)
         limits = aiohttp.ClientTimeout(total=read + connect, sock_connect=connect, sock_read=read)
         try:
-            with waiting_on_api():  # a connection and the answer: not the reconcile's own time
+            with waiting():  # a connection and the answer: not the reconcile's own time
                 async with self._client().request(
                     method, self.host + kind.path(namespace, name, subresource), params=query,
                     data=None if body is None else json.dumps(body), headers=self._headers(method, body),

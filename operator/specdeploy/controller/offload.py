@@ -18,6 +18,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, Hashable, TypeVar
 
+from specdeploy.controller.budget import waiting
 from specdeploy.controller.env import Number
 from specdeploy.controller.kube import API_CONNECTIONS
 
@@ -140,5 +141,6 @@ class Slots:
         try:
             yield
         finally:
-            await self._free.acquire()  # cancelled here: not held, and `held` releases nothing
+            with waiting():  # behind the others' reconciles: not this one's time
+                await self._free.acquire()  # cancelled here: not held, and `held` releases nothing
             state["held"] = True
