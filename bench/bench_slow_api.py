@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import copy
 import json
 import os
@@ -72,6 +73,17 @@ async def _wait_planned(emulator: Any, created: dict[str, float], timeout: float
     return planned
 
 
+def _by_request(log: list[tuple[str, str, int]]) -> dict[str, int]:
+    """The operator's requests (as the proxy forwarded them) by method and resource."""
+    def kind(method: str, path: str) -> str:
+        parts = path.split("?")[0].strip("/").split("/")
+        plural = parts[parts.index("namespaces") + 2] if "namespaces" in parts and len(parts) > parts.index("namespaces") + 2 else parts[-1]
+        verb = "WATCH" if "watch=true" in path else method
+        return f"{verb} {plural}" + ("/status" if parts[-1] == "status" else "")
+
+    return dict(collections.Counter(kind(method, path) for method, path, _ in log).most_common())
+
+
 def _timeouts(emulator: Any) -> int:
     events = kmock.resource("v1/events")
     return sum(1 for (resource, _, _), obj in list(emulator.objects.items())
@@ -96,6 +108,7 @@ async def bench(count: int, latency: float, timeout: float) -> dict[str, Any]:
                     await asyncio.sleep(0.5)
                 await asyncio.sleep(2 * latency + 1)
                 before, writes_before = _operator_requests(emulator), _operator_requests(emulator, ("POST", "PATCH", "PUT", "DELETE"))
+                logged = len(proxy.log)
                 start = time.monotonic()
                 created = await _create(port, count)
                 planned = await _wait_planned(emulator, created, timeout)
@@ -105,7 +118,8 @@ async def bench(count: int, latency: float, timeout: float) -> dict[str, Any]:
                 return {"count": count, "latency_s": latency, "planned": len(planned),
                         "all_planned_after_s": round(max(planned.values()) - start, 1) if len(planned) == count else None,
                         "requests_per_cr": round(requests / count, 2), "writes_per_cr": round(writes / count, 2),
-                        "reconcile_timeout_events": _timeouts(emulator), "load_avg_1m": round(os.getloadavg()[0], 1)}
+                        "reconcile_timeout_events": _timeouts(emulator), "load_avg_1m": round(os.getloadavg()[0], 1),
+                        "requests": _by_request(proxy.log[logged:])}
             finally:
                 stop(operator)
                 await runner.cleanup()
