@@ -1,17 +1,22 @@
-# specdeploy operator image.
-#   docker build -t specdeploy:0.1.0 .
-# Stage 1 builds the specdeploy wheel (and the wheels of its dependencies); stage 2 installs
-# exactly that wheel set offline -- the same install `pip install .` performs -- into a slim
-# Python with no compiler, no build backend and no pip, and runs it as a non-root user.
-# The Helm chart passes the arguments of `specdeploy run` (namespaces, liveness endpoint).
+# specdeploy operator image, as the chart expects it:
+#   docker build -t ghcr.io/specdeploy/specdeploy:0.1.0 .
+# Stage 1 builds the specdeploy wheel and its dependencies' wheels, each at the version
+# constraints/core.txt pins (the versions `make test` ran: tests/unit/test_dockerfile.py keeps the
+# two equal); stage 2 installs exactly that wheel set offline -- the same install `pip install .`
+# performs -- into a slim Python with no compiler, no build backend and no pip, and runs it as a
+# non-root user. The Helm chart passes the arguments of `specdeploy run` (namespaces, liveness endpoint).
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# python:3.11-slim (Python 3.11.16 on Debian trixie) pinned by its multi-arch index digest, so a
+# rebuild starts from the same base: the tag moves with every Python and Debian update. Refresh it
+# on purpose (docker buildx imagetools inspect python:3.11-slim), then rebuild and test.
+ARG PYTHON_IMAGE=python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
+COPY constraints/core.txt constraints/core.txt
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN python -m pip wheel --no-cache-dir --constraint constraints/core.txt --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 \

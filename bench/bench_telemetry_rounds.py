@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from specdeploy.controller import telemetry as module
+from specdeploy.render.labels import labels
 
 TEXT = ('vllm:spec_decode_num_drafts_total{engine="0"} 10\n'
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 6\n'
@@ -27,7 +28,8 @@ TEXT = ('vllm:spec_decode_num_drafts_total{engine="0"} 10\n'
 
 
 class Cluster:
-    """Each object's Deployment, its ReplicaSet and one ready pod at `ports[name]`."""
+    """Each object's Deployment and ReplicaSet; its one ready pod at `ports[name]` (`pod`) goes to
+    the telemetry's pod index, as the operator's pod watch delivers it."""
 
     def __init__(self, ports: dict[str, int]) -> None:
         self.ports = ports
@@ -36,12 +38,16 @@ class Cluster:
         return {"kind": kind, "metadata": {"name": name, "uid": f"deploy-{name}"}} if kind == "Deployment" else None
 
     async def list(self, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
-        name = next(n for n in self.ports if f"={n}" in selector)
-        if kind == "ReplicaSet":
-            return [{"metadata": {"uid": f"rs-{name}", "ownerReferences": [{"kind": "Deployment", "uid": f"deploy-{name}", "controller": True}]}}]
-        return [{"metadata": {"name": f"{name}-0", "ownerReferences": [{"kind": "ReplicaSet", "uid": f"rs-{name}", "controller": True}]},
-                 "spec": {"containers": [{"name": "vllm", "ports": [{"name": "http", "containerPort": self.ports[name]}]}]},
-                 "status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}}]
+        if kind == "Pod":
+            return [self.pod(name) for name in self.ports]
+        name = next(n for n in self.ports if f"instance={n}," in selector)
+        return [{"metadata": {"uid": f"rs-{name}", "ownerReferences": [{"kind": "Deployment", "uid": f"deploy-{name}", "controller": True}]}}]
+
+    def pod(self, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": f"{name}-0", "namespace": "ns", "labels": labels(name),
+                             "ownerReferences": [{"kind": "ReplicaSet", "uid": f"rs-{name}", "controller": True}]},
+                "spec": {"containers": [{"name": "vllm", "ports": [{"name": "http", "containerPort": self.ports[name]}]}]},
+                "status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
 async def _site(handler: Any) -> tuple[web.AppRunner, int]:
@@ -75,11 +81,13 @@ async def main(interval: float, slow: int, seconds: float) -> None:
     for name, handler in [("good", good)] + [(f"slow{i}", trickle) for i in range(slow)]:
         runner, ports[name] = await _site(handler)
         runners.append(runner)
-    telemetry = module.Telemetry(Cluster(ports), logging.getLogger("bench"))  # type: ignore[arg-type]
+    cluster = Cluster(ports)
+    telemetry = module.Telemetry(cluster, logging.getLogger("bench"), interval_s=interval)  # type: ignore[arg-type]
     for name in ports:
+        telemetry.pods.observe(cluster.pod(name), "ADDED")
         telemetry.track({"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"}, "spec": {"draft": {"numSpeculativeTokens": 1}},
                          "status": {"plan": {"method": "eagle3", "numSpeculativeTokens": 1}, "workload": f"Deployment/{name}"}}, deleted=False)
-    loop = asyncio.create_task(module._loop(telemetry, interval))
+    loop = asyncio.create_task(module._loop(telemetry))
     await asyncio.sleep(seconds)
     loop.cancel()
     gaps = [b - a for a, b in zip(scrapes, scrapes[1:])]

@@ -27,6 +27,8 @@ Sources (read from the installed release):
 - `vllm/config/cache.py` `CacheConfig`: the default block size and `gpu_memory_utilization`
   (0.34.0: 1.0 when the extensible KV cache sizes the cache, read from
   `resolved_gpu_memory_utilization`)
+- `vllm/engine/arg_utils.py` `EngineArgs.get_batch_defaults`: `vllm serve`'s max_num_batched_tokens
+  and max_num_seqs by GPU memory and device name (A100s keep the small tier), probed as a GPU
 - 0.34.0 on: `vllm/v1/worker/gpu/spec_decode/speculator_config.py`, where the per-method logic
   moved out of `SpeculativeConfig.__post_init__` into one `SpeculatorConfig` class per method
   (`<method>/config.py`): each method's class and what it declares (base method, supported
@@ -45,6 +47,7 @@ import inspect
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, get_args
 
@@ -225,6 +228,64 @@ def _memory_defaults() -> dict[str, Any]:
     return out
 
 
+BATCH_PROBE_MAX_GIB = 1024  # GPU memory sizes probed for `get_batch_defaults`' tiers, in whole GiB
+
+
+def _batch_probe(memory_gib: int, device_name: str) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) `vllm serve` defaults to on a GPU of this memory
+    and driver name: `EngineArgs.get_batch_defaults` for the OPENAI_API_SERVER usage context,
+    run with the platform reporting a GPU of that size and name. The device capability stays the
+    CPU platform's (none): 0.33's GB10 exception (capability 12.1 keeps the small tier) is not
+    probed, and no catalog product has that capability."""
+    from unittest import mock
+
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms import current_platform
+    from vllm.usage.usage_lib import UsageContext
+
+    platform = type(current_platform)
+    with mock.patch.object(platform, "is_cpu", lambda *a, **k: False), \
+            mock.patch.object(platform, "get_device_total_memory", lambda *a, **k: memory_gib * 1024**3), \
+            mock.patch.object(platform, "get_device_name", lambda *a, **k: device_name):
+        tokens, seqs = EngineArgs.get_batch_defaults(world_size=1)
+    return tokens[UsageContext.OPENAI_API_SERVER], seqs[UsageContext.OPENAI_API_SERVER]
+
+
+def _batch_name_tests() -> list[str]:
+    """The strings `get_batch_defaults` looks for in the device name (`"a100" not in device_name`),
+    read from its source."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(EngineArgs.get_batch_defaults)))
+    return sorted({node.left.value for node in ast.walk(tree)
+                   if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant)
+                   and isinstance(node.left.value, str) and isinstance(node.ops[0], (ast.In, ast.NotIn))
+                   and isinstance(node.comparators[0], ast.Name) and node.comparators[0].id == "device_name"})
+
+
+def _batch_defaults() -> dict[str, Any]:
+    """`vllm serve`'s batch limits per GPU (engine/arg_utils.py `get_batch_defaults`), as tiers
+    from the largest memory down: a GPU takes the first tier whose `min_memory_gib` it reaches
+    and whose `unless_name_contains` its lower-cased name does not contain. Probed at every whole
+    GiB (the thresholds are `N * GiB_bytes`), then with each name the function tests for."""
+    values = [_batch_probe(gib, "gpu") for gib in range(BATCH_PROBE_MAX_GIB + 1)]
+    tiers: list[dict[str, Any]] = []
+    for gib, (tokens, seqs) in enumerate(values):
+        if not tiers or (tiers[0]["max_num_batched_tokens"], tiers[0]["max_num_seqs"]) != (tokens, seqs):
+            tiers.insert(0, {"min_memory_gib": gib, "unless_name_contains": [],
+                             "max_num_batched_tokens": tokens, "max_num_seqs": seqs})
+    for i, tier in enumerate(tiers):
+        for name in _batch_name_tests():
+            got = _batch_probe(tier["min_memory_gib"], f"probe {name} gpu")
+            if got == (tier["max_num_batched_tokens"], tier["max_num_seqs"]):
+                continue
+            below = tiers[i + 1] if i + 1 < len(tiers) else None
+            if below is None or got != (below["max_num_batched_tokens"], below["max_num_seqs"]):
+                raise RuntimeError("get_batch_defaults changed shape: a name no longer falls to the next tier")
+            tier["unless_name_contains"].append(name)
+    return {"usage_context": "OPENAI_API_SERVER", "tiers": tiers}
+
+
 def _mla_model_types() -> list[str]:
     """The model_type tuple inside ModelArchConfigConvertorBase.is_deepseek_mla, read from
     its source and then confirmed by calling the function on a probe config per type."""
@@ -403,6 +464,7 @@ def collect() -> dict[str, Any]:
     return {
         **({"speculators": speculators} if speculators is not None else {}),
         "memory_defaults": _memory_defaults(),
+        "batch_defaults": _batch_defaults(),
         "vllm_version": vllm.__version__,
         "generated_by": "scripts/refresh_vllm_facts.py",
         "architectures": archs,

@@ -13,6 +13,15 @@ from typing import Any
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# pydantic's own wording: a finding that carries it has not been put in our words (api/errors.py).
+RAW_PYDANTIC = ("Input should", "Field required", "Extra inputs are not permitted", "Value error,", "String should",
+                "List should", "Dictionary should", "validation error for", "errors.pydantic.dev")
+MAX_MESSAGE = 300
+
+
+def not_in_our_words(messages: list[str]) -> list[str]:
+    """The messages a user should not read: pydantic's raw text, or longer than a finding may be."""
+    return [m for m in messages if len(m) > MAX_MESSAGE or any(raw in m for raw in RAW_PYDANTIC)]
 MODEL_CONFIGS = FIXTURES / "model-configs"
 SYNTHETIC = FIXTURES / "synthetic"
 # vLLM caches what it learns of a model class under VLLM_CACHE_ROOT (registry.py modelinfos/,

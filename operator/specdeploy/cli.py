@@ -318,7 +318,8 @@ def _plan(args: argparse.Namespace) -> int:
 def _add_preflight(sub: Any) -> None:
     parser = sub.add_parser(
         "preflight", help="run the preflight judge (the image's own vLLM on the exact pod args) locally, or print its Job",
-        description="For every SpeculativeDeployment in a YAML stream the fast rules accept: run the operator's "
+        description="For every SpeculativeDeployment in a YAML stream the fast rules accept (or refuse only by rules "
+                    "guessed for an image of unknown release): run the operator's "
                     "in-image judge, with the exact vLLM args and configs its preflight Job would get, under PYTHON "
                     "(a Python with the image's vLLM), or (--render) print the Job and ConfigMap the operator would "
                     "create. Exit 0 if vLLM accepts all, 1 if it refused any, 2 if one could not be judged.")
@@ -358,6 +359,8 @@ def _preflight(args: argparse.Namespace) -> int:
                 lines.append(f"{where}: REFUSED by vLLM {r['vllmVersion']} at the {r['stage']} stage: {r['error']}")
             else:
                 lines.append(f"{where}: NOT JUDGED: {r['error']}")
+            if r["guess"]:  # the fast rules' refusal was a guess: the verdict above replaces it
+                lines.append(f"  the rules guessed for the image refused it: {r['guess']}")
         return "\n".join(lines) + "\n"
 
     _emit(args.output, {"ok": code == EXIT_VALID, "results": results}, text_report)
@@ -375,7 +378,8 @@ def _preflight_one(result: Any, python: str) -> dict[str, Any]:
     """One CR's verdict: ok True/False (vLLM's), or None when it could not be judged."""
     from specdeploy.local_judge import run_judge
 
-    out: dict[str, Any] = {"name": result.name, "namespace": result.namespace, "ok": None, "stage": None, "error": None, "vllmVersion": None}
+    out: dict[str, Any] = {"name": result.name, "namespace": result.namespace, "ok": None, "stage": None, "error": None, "vllmVersion": None,
+                           "guess": "; ".join(f"{f.field}: {f.message}" for f in result.guess) or None}
     if result.judged is None:
         return {**out, "error": f"the fast rules give it no plan ({result.verdict}): `specdeploy plan -f` says why"}
     spec, request = _preflight_request(result)

@@ -12,25 +12,31 @@ module, and every finding carries the stage that produced it:
                         that depend on it: validation.speculative_config)  stage pair
     plan the layout    (planning.planner)                  stage plan (vLLM's layout rules: pair)
     check extra args   (validation.extra_args)             stage spec
+    and the GPU device (planning.planner.device_findings: resource name, image build), whatever the models
+
+When the rule set is a guess (the image is no release we have rules for: a custom tag, a
+nightly, a fork) and it refuses, the refusal is not vLLM's word: `Evaluation.image_plan` holds the
+plan the image's own vLLM then judges in a preflight (`plan_for_image`), and the caller reports the
+guess's errors as the guess they are (`Evaluation.as_guess`) until that verdict comes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.findings import VALIDATION_STAGES, Finding, Stage, at_stage, has_errors
+from specdeploy.findings import VALIDATION_STAGES, Finding, Severity, Stage, at_stage, has_errors
 from specdeploy.geometry import ModelInputs, Models, read_models
 from specdeploy.planning.plan import Plan
-from specdeploy.planning.planner import LayoutRules, image_findings, layout_findings, plan_layout
+from specdeploy.planning.planner import LayoutRules, device_findings, layout_findings, plan_layout
 from specdeploy.render.speculative_config import speculative_config
 from specdeploy.validation.extra_args import check_extra_args
 from specdeploy.validation.load import check_load_layout, check_load_pair
 from specdeploy.validation.rules import METHOD_NEEDS_PREFLIGHT, check_layout, check_pair
 from specdeploy.validation.speculative_config import check_speculative_config
 from specdeploy.validation.speculative_tokens import resolve_num_speculative_tokens
-from specdeploy.vllm import VllmFacts, judging_version
+from specdeploy.vllm import RELEASE_REFUSALS, SUPPORTED_VERSIONS, VERSION_UNKNOWN, VllmFacts, judging_version
 
 __all__ = ["Evaluation", "ModelInputs", "evaluate"]
 
@@ -41,10 +47,25 @@ class Evaluation:
     plan: Plan | None
     vllm_version: str | None = None  # the rule set that judged (None: the spec did not parse)
     speculative_config: dict[str, Any] | None = None  # what --speculative-config will carry
+    # Guessed rules refused: the evaluation whose plan a preflight of the image judges (plan_for_image).
+    image_plan: Evaluation | None = None
 
     @property
     def ok(self) -> bool:
         return self.plan is not None and not has_errors(self.findings)
+
+    @property
+    def guessed(self) -> bool:
+        """The rule set is a guess: no supported release is the image's (`vllm-version-unknown`)."""
+        return any(f.code == VERSION_UNKNOWN for f in self.findings)
+
+    def as_guess(self) -> tuple[Finding, ...]:
+        """The findings with each error worded as the guess it is, a warning: only the image's own
+        vLLM can say whether a rule of a release it may not be holds for it."""
+        return tuple(
+            replace(f, severity=Severity.WARNING,
+                    message=f"guessed by vLLM {self.vllm_version}'s rules (the image's release is unknown; its preflight decides): {f.message}")
+            if f.severity is Severity.ERROR else f for f in self.findings)
 
     @property
     def needs_preflight(self) -> bool:
@@ -76,23 +97,53 @@ def evaluate(
 ) -> Evaluation:
     """Validate the pair and plan its layout. `draft` is None for ngram/suffix (and mtp, which
     reads the target's own MTP layers). `k_in_force`: with numSpeculativeTokens auto, the k the
-    telemetry chose (status.speculation), which the plan and --speculative-config then carry."""
+    telemetry chose (status.speculation), which the plan and --speculative-config then carry.
+    Guessed rules that refuse also give `image_plan`, for the image's own vLLM to judge."""
+    evaluation = _evaluate(spec, target, draft, k_in_force)
+    if evaluation.ok or not evaluation.guessed:
+        return evaluation
+    return replace(evaluation, image_plan=plan_for_image(spec, target, draft, evaluation.vllm_version, k_in_force))
+
+
+def plan_for_image(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: ModelInputs | None,
+                   guessed_version: str | None, k_in_force: int | None = None) -> Evaluation | None:
+    """The plan a preflight judges (and the pods run, if the image accepts it) when the rules
+    guessed for an image of unknown release refuse the spec. First the newest other release whose
+    rules accept it: a plan one real vLLM takes, so a refusal can only be the image's own. Else the
+    guessed rules' plan with their RELEASE_REFUSALS set aside (the layout search still asks vLLM's
+    layout rules, and the memory must fit). None when any other refusal stands, or no layout is
+    found: there are no args to judge, and the refusal is final."""
+    for version in reversed(SUPPORTED_VERSIONS):
+        if version != guessed_version:
+            other = _evaluate(spec.model_copy(update={"vllm_version": version}), target, draft, k_in_force)
+            if other.ok:
+                return other
+    lenient = _evaluate(spec, target, draft, k_in_force, despite_refusals=True)
+    standing = [f for f in lenient.findings if f.severity is Severity.ERROR and f.code not in RELEASE_REFUSALS]
+    return lenient if lenient.plan is not None and not standing else None
+
+
+def _evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: ModelInputs | None,
+              k_in_force: int | None, *, despite_refusals: bool = False) -> Evaluation:
+    """The stages in vLLM's order, stopping before the plan at the pair's errors, except (with
+    `despite_refusals`: a plan for the image to judge, plan_for_image) RELEASE_REFUSALS."""
     facts, findings = judging_version(spec.vllm_version, spec.image)
-    extra_args = check_extra_args(spec, facts)
+    # What fails only at deploy time (the args, the GPU's resource and image): said whatever the models.
+    deploy_time = check_extra_args(spec, facts) + device_findings(spec)
     models, model_findings = read_models(spec, target, draft, facts)
     findings += at_stage(model_findings, Stage.CONFIG)
     if models is None:
-        return Evaluation(tuple(findings + extra_args), None, facts.version)
+        return Evaluation(tuple(findings + deploy_time), None, facts.version)
     rules = _layout_rules(spec, models, facts)
     findings += check_pair(spec, models, facts)
     findings += check_load_pair(spec, models, draft.config if draft else None)
     k, k_findings = resolve_num_speculative_tokens(spec, models, facts, k_in_force)
     findings += k_findings + check_speculative_config(spec, k, models, facts)
-    if k is None or has_errors(findings):
+    if k is None or has_errors([f for f in findings if not (despite_refusals and f.code in RELEASE_REFUSALS)]):
         # No plan for an invalid pair, but every reason at once: vLLM's layout rules too.
-        return Evaluation(tuple(findings + layout_findings(spec, models, rules) + extra_args), None, facts.version)
+        return Evaluation(tuple(findings + layout_findings(spec, models, rules) + deploy_time), None, facts.version)
     plan, plan_findings = plan_layout(spec, models, k, target, draft, facts, rules)
-    findings += plan_findings + image_findings(spec) + extra_args
+    findings += plan_findings + deploy_time
     config = speculative_config(spec, plan) if plan is not None else None
     return Evaluation(tuple(findings), plan, facts.version, config)
 

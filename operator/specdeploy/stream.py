@@ -13,7 +13,7 @@ from typing import Any, Callable
 from specdeploy.api.parse import ParsedObject, parse_object
 from specdeploy.api.spec import API_GROUP, KIND
 from specdeploy.api.yaml_stream import StreamError, load_documents
-from specdeploy.findings import Finding, Stage, error, has_errors
+from specdeploy.findings import Finding, Severity, Stage, error, has_errors
 from specdeploy.validation.rules import METHOD_NEEDS_PREFLIGHT
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNJUDGED = 0, 1, 2
@@ -31,6 +31,9 @@ class ObjectResult:
     vllm_version: str | None = None  # the vLLM release whose rules judged it
     # What the preflight needs (`specdeploy preflight`): the spec, the plan and both configs.
     judged: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
+    # The errors of rules guessed for an image of unknown release, when the preflight judges the
+    # image's own plan instead (pipeline.plan_for_image): its verdict, not theirs, decides.
+    guess: tuple[Finding, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -160,9 +163,14 @@ def _judge(parsed: ParsedObject, configmaps: dict[tuple[str, str], dict[str, Any
     if evaluation.ok and evaluation.plan is not None:
         manifests = render_manifests(spec, evaluation.plan, name=parsed.name, namespace=parsed.namespace)
     judged = (spec, evaluation.plan, target, draft) if manifests else None
+    image_plan = evaluation.image_plan
+    guess: tuple[Finding, ...] = ()
+    if image_plan is not None:  # the guess refused: the image's vLLM judges
+        judged, guess = (spec, image_plan.plan, target, draft), tuple(f for f in evaluation.findings if f.severity is Severity.ERROR)
     # A method only a preflight can judge: not judged here, and no manifests to apply (the operator
     # applies none before the preflight's verdict); `specdeploy preflight` can judge it.
     cannot_judge = tuple(f for f in evaluation.findings if f.code == METHOD_NEEDS_PREFLIGHT)
     findings = tuple(f for f in evaluation.findings if f.code != METHOD_NEEDS_PREFLIGHT)
     return ObjectResult(parsed.name, parsed.namespace, parsed.findings + findings, evaluation.plan_dict(),
-                        [] if cannot_judge else manifests, unjudged=cannot_judge, vllm_version=evaluation.vllm_version, judged=judged)
+                        [] if cannot_judge else manifests, unjudged=cannot_judge, vllm_version=evaluation.vllm_version, judged=judged,
+                        guess=guess)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -242,7 +243,15 @@ async def test_rapid_edits_end_with_the_last_one(operator: Operator, cluster: Cl
         await cluster.patch_spec(name, {"draft": {"numSpeculativeTokens": k}}, generation=generation)
         last = k
         await asyncio.sleep(0.02)
-    await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 21, what="the last generation")
+    def state() -> str:
+        body = cluster.sd(name)
+        annotations = {k: v[:200] for k, v in body["metadata"].get("annotations", {}).items()}
+        return f"generation {body['metadata'].get('generation')}, status {json.dumps(body.get('status', {}))[:600]}, annotations {annotations}"
+
+    try:
+        await eventually(lambda: cluster.sd(name)["status"].get("observedGeneration") == 21, what="the last generation")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {state()}") from None
     await eventually(lambda: cluster.sd(name)["status"]["plan"]["numSpeculativeTokens"] == last, what="the last plan")
     assert f'"num_speculative_tokens":{last}' in " ".join(_args(cluster.get(DEPLOYMENT, name)))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import sys
 from pathlib import Path
@@ -435,3 +436,83 @@ async def test_a_hostile_termination_message_is_an_unreadable_verdict(
     await eventually(lambda: cluster.condition("hostile", "Preflight").get("observedGeneration") == 2, what="the next reconcile")
     _no_verdict(cluster, "hostile", "UnreadableVerdict", operator_log)
     assert job_creates(cluster) == 1
+
+
+# ---------------------------------------------------------------- an image of unknown release: its own vLLM decides
+# The rules guessing for CUSTOM_IMAGE (the newest) refuse these options; the venv's vLLM 0.32.0 takes
+# the first and refuses the second (use_heterogeneous_vocab is for draft_model only there).
+PARALLEL_DRAFTING = {"parallel_drafting": True}
+HETEROGENEOUS_VOCAB = {"use_heterogeneous_vocab": True}
+
+
+def _spec_config(cluster: Cluster, name: str) -> dict[str, Any]:
+    args = cluster.get(DEPLOYMENT, name)["spec"]["template"]["spec"]["containers"][0]["args"]
+    return json.loads(args[args.index("--speculative-config") + 1])
+
+
+def _severities(cluster: Cluster, name: str) -> dict[str, str]:
+    return {f["code"]: f["severity"] for f in cluster.sd(name)["status"].get("findings", [])}
+
+
+@needs_vllm
+async def test_a_guessed_refusal_waits_for_the_images_verdict_which_replaces_it(operator: Operator, cluster: Cluster,
+                                                                                kubelet: KubeletDouble) -> None:
+    kubelet.hold.clear()
+    await cluster.create(cr("guess-passed", CUSTOM_IMAGE, mode="Required", speculative_config=PARALLEL_DRAFTING))
+    await eventually(lambda: cluster.condition("guess-passed", "Preflight").get("reason") == "Running", what="Preflight Running")
+    validated = cluster.condition("guess-passed", "Validated")
+    assert (validated["status"], validated["reason"]) == ("Unknown", "GuessedRefusal")
+    assert "parallel_drafting" in validated["message"] and "preflight of the image decides" in validated["message"]
+    assert _severities(cluster, "guess-passed")["speculative-config-method"] == "warning"  # the guess, as a guess
+    assert cluster.condition("guess-passed", "Planned")["status"] == "True"
+    assert cluster.condition("guess-passed", "Progressing")["reason"] == "PreflightRunning"
+    assert cluster.condition("guess-passed", "Ready")["status"] == "Unknown"  # a GitOps tool waits, it does not fail
+    assert cluster.condition("guess-passed", "Reconciling")["status"] == "True"
+    assert not cluster.exists(DEPLOYMENT, "guess-passed")
+    kubelet.hold.set()
+    await eventually(lambda: cluster.condition("guess-passed", "Preflight").get("reason") == "Passed", JUDGE_TIMEOUT_S, "Preflight Passed")
+    assert cluster.exists(DEPLOYMENT, "guess-passed")
+    validated = cluster.condition("guess-passed", "Validated")
+    assert (validated["status"], validated["reason"]) == ("True", "Valid") and "guessed" in validated["message"]
+    assert "speculative-config-method" not in _severities(cluster, "guess-passed")  # replaced by the image's verdict
+    assert _spec_config(cluster, "guess-passed")["parallel_drafting"] is True  # what the image judged is what runs
+    # A restart: the image's real release (0.32.0) now judges, no guess, and it plans the same args:
+    # the kept verdict stands, no second Job, no write to the workload.
+    await operator.stop()
+    mark = cluster.mark()
+    await operator.start()
+    await eventually(lambda: cluster.sd("guess-passed")["status"]["plan"]["vllmVersion"] == "0.32.0", what="the real release judging")
+    assert cluster.condition("guess-passed", "Validated")["reason"] == "Valid" and "warning" not in _severities(cluster, "guess-passed").values()
+    assert job_creates(cluster) == 1 and cluster.writes(since=mark, resource=DEPLOYMENT) == []
+
+
+@needs_vllm
+async def test_a_guessed_refusal_the_image_shares_is_its_refusal_with_no_disagreement(operator: Operator, cluster: Cluster) -> None:
+    before = disagreements("config")
+    await cluster.create(cr("guess-refused", CUSTOM_IMAGE, speculative_config=HETEROGENEOUS_VOCAB))
+    await eventually(lambda: cluster.condition("guess-refused", "Validated").get("reason") == "PreflightRefused", JUDGE_TIMEOUT_S,
+                     "PreflightRefused")
+    assert "only works with method='draft_model'" in cluster.condition("guess-refused", "Validated")["message"]  # vLLM 0.32.0's words
+    severities = _severities(cluster, "guess-refused")
+    assert severities["preflight-refused"] == "error" and "speculative-config-unknown-key" not in severities
+    assert not cluster.exists(DEPLOYMENT, "guess-refused")
+    assert disagreements("config") == before
+    assert "PreflightDisagrees" not in [e.get("reason") for e in cluster.events()]
+
+
+async def test_a_guessed_refusal_is_held_under_best_effort_when_the_image_cannot_answer(operator: Operator, cluster: Cluster) -> None:
+    """BestEffort proceeds on the fast rules when the Job cannot run; here they refused: held."""
+    await cluster.create(cr("guess-held", MISSING_IMAGE, speculative_config=PARALLEL_DRAFTING))
+    await eventually(lambda: cluster.condition("guess-held", "Progressing").get("reason") == "PreflightHeld", what="PreflightHeld")
+    assert cluster.condition("guess-held", "Preflight")["reason"] == "CouldNotRun"
+    assert "guessed" in cluster.condition("guess-held", "Progressing")["message"]
+    assert cluster.condition("guess-held", "Validated")["reason"] == "GuessedRefusal"
+    assert cluster.condition("guess-held", "Stalled")["status"] == "True"
+    assert not cluster.exists(DEPLOYMENT, "guess-held")
+
+
+async def test_with_no_preflight_the_guessed_refusal_is_the_verdict(operator: Operator, cluster: Cluster) -> None:
+    await cluster.create(cr("guess-alone", CUSTOM_IMAGE, mode="Disabled", speculative_config=PARALLEL_DRAFTING))
+    await eventually(lambda: cluster.condition("guess-alone", "Validated").get("reason") == "ValidationFailed", what="ValidationFailed")
+    assert _severities(cluster, "guess-alone")["speculative-config-method"] == "error"
+    assert not cluster.exists(DEPLOYMENT, "guess-alone") and jobs(cluster) == []

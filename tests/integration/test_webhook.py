@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import kmock
 import pytest
 
 from specdeploy.controller import webhook
-from tests.integration.conftest import NS, Operator, example, with_identity
+from tests.integration.conftest import NS, WRITES, Operator, example, with_identity
 
 pytestmark = pytest.mark.skipif(subprocess.run(["which", "openssl"], capture_output=True).returncode != 0, reason="needs openssl")
 
@@ -57,7 +58,7 @@ async def review(url: str, tls_dir: Path, obj: dict[str, Any], operation: str = 
         "uid": str(uuid.uuid4()), "kind": {"group": "specdeploy.io", "version": "v1alpha1", "kind": "SpeculativeDeployment"},
         "resource": {"group": "specdeploy.io", "version": "v1alpha1", "resource": "speculativedeployments"},
         "requestKind": {"group": "specdeploy.io", "version": "v1alpha1", "kind": "SpeculativeDeployment"},
-        "name": obj["metadata"]["name"], "namespace": NS, "operation": operation,
+        "name": obj["metadata"]["name"], "namespace": obj["metadata"].get("namespace", NS), "operation": operation,
         "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
         "object": obj, "oldObject": obj if operation == "UPDATE" else None, "dryRun": False, "options": None}}
     async with aiohttp.ClientSession() as session:
@@ -104,7 +105,7 @@ async def test_admission_over_https(webhook_url: str, tls_dir: Path) -> None:
 
     missing_configmap = with_identity(example("llama-3.1-70b-eagle3.yaml"), "uid-2")
     response, _ = await review(webhook_url, tls_dir, missing_configmap)
-    assert response["allowed"] is True and any("configMapRef" in w for w in response["warnings"])
+    assert response["allowed"] is True and response["warnings"] == [NOT_READ.format(field="spec.draft.configMapRef")]
 
 
 def test_verdict_refuses_a_bad_name_on_create_only() -> None:
@@ -189,6 +190,8 @@ async def test_malformed_reviews_get_400_naming_what_is_wrong(webhook_url: str, 
         too_large = b" " * (webhook.MAX_REVIEW_BYTES + 1)
         async with session.post(webhook_url, data=too_large, ssl=context, headers={"Content-Type": "application/json"}) as response:
             assert response.status == 413
+        async with session.get(webhook_url, ssl=context) as response:  # the API server only POSTs
+            assert response.status == 405
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
@@ -212,16 +215,38 @@ async def test_a_large_update_is_judged_and_a_refusal_is_logged_at_info(webhook_
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-async def test_a_configmap_config_is_read_through_the_operators_client(webhook_url: str, tls_dir: Path, emulator: Any) -> None:
-    """The review server takes the operator's memo from kopf (its API client): a config in a
-    ConfigMap is judged at admission, not admitted unjudged."""
-    obj = with_identity(example("qwen3-8b-ngram.yaml"), "uid-cm")
-    config = obj["spec"]["target"].pop("config")
-    obj["spec"]["target"]["configMapRef"] = {"name": "qwen3-config"}
-    obj["spec"]["parallelism"] = {"tensorParallelSize": 5}
-    response = await emulator.post(f"/api/v1/namespaces/{NS}/configmaps", json={
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "qwen3-config", "namespace": NS},
-        "data": {"config.json": json.dumps(config)}})
-    assert response.status in (200, 201), await response.text()
-    verdict, _ = await review(webhook_url, tls_dir, obj)
-    assert verdict["allowed"] is False and "allowed: 1, 2, 4, 8" in verdict["status"]["message"], verdict
+NOT_READ = "not judged at admission: {field}: a ConfigMap is not read at admission; the operator judges it in status"
+ELSEWHERE = "kube-system"  # a namespace whose objects the review's sender need not be able to read
+
+
+def _config_map_reads(emulator: Any, since: int) -> list[str]:
+    """Every request for ConfigMaps the emulator has seen since `since`, but the test's own writes."""
+    return [f"{r.method} {r.url}" for r in list(emulator)[since:]
+            if r.resource == kmock.resource("v1/configmaps") and str(r.method).upper().split(".")[-1] not in WRITES]
+
+
+async def test_a_configmap_elsewhere_is_never_read_and_changes_no_answer(webhook_url: str, tls_dir: Path, emulator: Any) -> None:
+    """A review POSTed straight to the port (no API server, so no check that its sender may read
+    kube-system) naming a ConfigMap there: no ConfigMap is read, and the answer is the same
+    whether the ConfigMap is missing, holds a config, or holds text that is not JSON."""
+    await review(webhook_url, tls_dir, with_identity(example("qwen3-8b-ngram.yaml"), "uid-start"))  # waits for start-up
+    obj = with_identity(example("llama-3.1-70b-eagle3.yaml"), "uid-elsewhere")
+    obj["metadata"]["namespace"] = ELSEWHERE
+    obj["spec"]["target"] = {"model": "meta-llama/Llama-3.3-70B-Instruct", "configMapRef": {"name": "probe", "key": "config.json"}}
+    obj["spec"]["draft"]["configMapRef"] = {"name": "probe", "key": "config.json"}
+    path = f"/api/v1/namespaces/{ELSEWHERE}/configmaps"
+    config = {"architectures": ["LlamaForCausalLM"], "num_attention_heads": 77, "hidden_size": 7777}
+    since = len(list(emulator))
+    answers = [(await review(webhook_url, tls_dir, obj))[0]]
+    created = await emulator.post(path, json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe", "namespace": ELSEWHERE},
+                                              "data": {"config.json": json.dumps(config)}})
+    assert created.status in (200, 201), await created.text()
+    answers.append((await review(webhook_url, tls_dir, obj))[0])
+    patched = await emulator.patch(f"{path}/probe", json={"data": {"config.json": "{not json"}})
+    assert patched.status == 200, await patched.text()
+    answers.append((await review(webhook_url, tls_dir, obj))[0])
+    assert _config_map_reads(emulator, since) == []
+    for answer in answers:
+        assert answer.pop("uid")
+    assert answers[0] == answers[1] == answers[2] == {"allowed": True, "warnings": [NOT_READ.format(field="spec.target.configMapRef")]}
+    assert "77" not in json.dumps(answers)

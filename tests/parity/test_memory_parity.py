@@ -25,7 +25,7 @@ vllm = pytest.importorskip("vllm")
 from specdeploy.vllm import judging_version  # noqa: E402
 from specdeploy.vllm.methods import method_named  # noqa: E402
 
-from memory_judge import MemoryJudge, MemoryVerdict  # noqa: E402
+from memory_judge import GPU_MEMORY_BYTES, MemoryJudge, MemoryVerdict  # noqa: E402
 
 from specdeploy.geometry import read_geometry  # noqa: E402
 from specdeploy.geometry.drafts import vllm_draft_config  # noqa: E402
@@ -278,8 +278,10 @@ def test_our_tokens_in_flight_are_never_fewer_than_the_gpu_configs(rows) -> None
     async scheduling (every method from 0.33; 0.32 keeps one for ngram and suffix). Ours
     counts two, never fewer than vLLM."""
     comparable = [r for r in rows if r.vllm.ok]
-    assert max(r.vllm.in_flight_tokens for r in comparable) == in_flight_tokens()
-    assert all(r.vllm.in_flight_tokens <= in_flight_tokens() for r in comparable)
+    # The judge's GPU: GPU_MEMORY_BYTES, no device name (the release data's tier for that memory).
+    ours = in_flight_tokens(FACTS.batch_defaults(GPU_MEMORY_BYTES / 1024**3).max_num_batched_tokens)
+    assert max(r.vllm.in_flight_tokens for r in comparable) == ours
+    assert all(r.vllm.in_flight_tokens <= ours for r in comparable)
 
 
 def test_cases_vllm_cannot_build_are_refused_at_the_load_stage(rows) -> None:

@@ -66,6 +66,14 @@ def test_an_accepted_pair_with_its_memory_per_gpu(tmp_path: Path) -> None:
     assert 0 < memory["weightBytes"] < memory["availableKvCacheBytes"] + memory["weightBytes"] <= 80 * GIB
 
 
+def test_the_gpus_name_sets_vllms_batch_size(tmp_path: Path) -> None:
+    """An 80 GiB A100 keeps the small tier (engine/arg_utils.py get_batch_defaults: "a100" in the
+    device name), where an 80 GiB GPU of another name gets 8,192."""
+    code, verdict = _judge(tmp_path, [LLAMA_8B, "--max-model-len", "8192"],
+                           {"memoryBytes": 80 * GIB, "count": 1, "deviceName": "A100-80GB"})
+    assert code == 0 and verdict["memory"]["maxNumBatchedTokens"] == 2048, verdict
+
+
 @pytest.mark.parametrize(("args", "gpu", "stage", "words"), [
     ([LLAMA_8B, "--tensor-parallel-size", "two"], None, "args", "invalid"),
     (["Qwen/Qwen2.5-0.5B", "--tensor-parallel-size", "4"], None, "config", "must be divisible by tensor parallel size"),

@@ -67,3 +67,29 @@ def test_facts_answer_what_vllm_answers_live() -> None:
     assert all(facts.is_supported_architecture(a) for a in ModelRegistry.get_supported_archs())
     assert not facts.is_supported_architecture("KimiK3DSpark5MLADraftModel")
     assert set(facts.speculative_fields) == {f.name for f in SpeculativeConfig.__dataclass_fields__.values() if f.init}
+
+
+def test_batch_defaults_are_what_vllm_picks_on_each_catalog_gpu() -> None:
+    """Each catalog product's batch limits from the release data equal vLLM's own
+    `EngineArgs.get_batch_defaults` (engine/arg_utils.py) on a platform reporting that product's
+    memory and each name the driver may give it (`vllm serve`: the OPENAI_API_SERVER context)."""
+    from unittest import mock
+
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms import current_platform
+    from vllm.usage.usage_lib import UsageContext
+
+    from specdeploy.planning.batch import gpu_names
+    from specdeploy.planning.gpus import CATALOG
+    from specdeploy.vllm import rule_set
+
+    facts, platform = rule_set(vllm.__version__), type(current_platform)
+    for product in CATALOG.values():
+        for name in gpu_names(product):
+            with mock.patch.object(platform, "is_cpu", lambda *a, **k: False), \
+                    mock.patch.object(platform, "get_device_total_memory", lambda *a, **k: int(product.memory_gib * 1024**3)), \
+                    mock.patch.object(platform, "get_device_name", lambda *a, n=name, **k: n):
+                tokens, seqs = EngineArgs.get_batch_defaults(world_size=1)
+            ours = facts.batch_defaults(product.memory_gib, [name])
+            theirs = (tokens[UsageContext.OPENAI_API_SERVER], seqs[UsageContext.OPENAI_API_SERVER])
+            assert (ours.max_num_batched_tokens, ours.max_num_seqs) == theirs, f"{product.key} as {name!r}"

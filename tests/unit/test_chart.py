@@ -150,6 +150,8 @@ def test_kube_version_below_the_minimum_is_refused(helm):
         ["--set", "rbac.secrets.enabled=yes-please"],
         ["--set", "resources.limits.memory=lots"],
         ["--set", "reconcileTimeBudgetSeconds=0"],
+        ["--set", "webhook.networkPolicy.enabled=maybe"],
+        ["--set-json", 'webhook.networkPolicy.from=[{"ipBlok": {"cidr": "10.0.0.0/8"}}]'],
     ],
 )
 def test_values_schema_rejects_bad_values(helm, bad):
@@ -527,6 +529,52 @@ def test_webhook_with_cert_manager(helm):
     assert not by_kind(with_issuer, "Issuer")
     assert by_kind(with_issuer, "Certificate")[0]["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
 
+
+
+def test_webhook_network_policy_admits_the_webhook_port_only_from_the_given_peers(helm):
+    """Opt-in: the operator's pods take the webhook port only from `from` (the API server's
+    addresses), the metrics and health ports from `metricsFrom`; without `from` the chart refuses
+    to render rather than open the port to everyone (a rule with no peers) or to no one."""
+    values = CHART / "ci" / "webhook-values.yaml"
+    chosen = values_of(values)["webhook"]["networkPolicy"]
+    objects = render(helm, values)
+    (policy,) = by_kind(objects, "NetworkPolicy")
+    (deployment,) = by_kind(objects, "Deployment")
+    assert policy["metadata"]["namespace"] == NAMESPACE
+    assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    webhook_rule, metrics_rule = policy["spec"]["ingress"]
+    assert webhook_rule == {"ports": [{"port": "webhook", "protocol": "TCP"}], "from": chosen["from"]}
+    assert metrics_rule == {"ports": [{"port": "metrics", "protocol": "TCP"}, {"port": "health", "protocol": "TCP"}],
+                            "from": chosen["metricsFrom"]}
+    named = {p["name"] for p in _container(objects)["ports"]}
+    assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == named == {"webhook", "metrics", "health"}
+
+    peers = '[{"ipBlock": {"cidr": "192.0.2.10/32"}}]'
+    (default_metrics,) = by_kind(render(helm, None, "--set", "webhook.enabled=true", "--set", "webhook.networkPolicy.enabled=true",
+                                        "--set-json", f"webhook.networkPolicy.from={peers}"), "NetworkPolicy")
+    assert default_metrics["spec"]["ingress"][0]["from"] == json.loads(peers)
+    assert "from" not in default_metrics["spec"]["ingress"][1]  # metricsFrom empty: anyone, as without the policy
+    assert not by_kind(render(helm), "NetworkPolicy") and not by_kind(_webhook_objects(helm), "NetworkPolicy")
+    without_peers = _run_helm(helm, "template", RELEASE, str(CHART), "--set", "webhook.enabled=true", "--set", "webhook.networkPolicy.enabled=true")
+    assert without_peers.returncode != 0 and "webhook.networkPolicy.from" in without_peers.stderr, without_peers.stderr
+
+
+@pytest.mark.parametrize("values", VALUES_SETS, ids=VALUES_IDS)
+def test_configmaps_are_read_only_in_the_watched_namespaces(helm, values):
+    """With watchNamespaces, every grant on ConfigMaps is a Role in a watched namespace and no
+    ClusterRole grants any: the operator cannot read another namespace's ConfigMaps, whatever
+    it is asked. Cluster-wide, the one ClusterRole grants them."""
+    objects = render(helm, values)
+    watched = values_of(values)["watchNamespaces"]
+    granting = [o for o in by_kind(objects, "Role") + by_kind(objects, "ClusterRole")
+                if any("configmaps" in rule["resources"] for rule in o["rules"])]
+    assert granting
+    if watched:
+        assert {o["kind"] for o in granting} == {"Role"}
+        assert sorted(o["metadata"]["namespace"] for o in granting) == sorted(watched)
+    else:
+        assert [o["kind"] for o in granting] == ["ClusterRole"]
 
 
 def test_one_replica_runs_without_leader_election_and_a_service_monitor_is_optional(helm):

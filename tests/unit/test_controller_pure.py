@@ -1,7 +1,10 @@
-"""The controller's pure parts: the merge patch computed from desired state, and conditions
-that keep their lastTransitionTime while nothing changes (so nothing is rewritten)."""
+"""The controller's pure parts: the merge patch computed from desired state, conditions that
+keep their lastTransitionTime while nothing changes (so nothing is rewritten), the Events a
+status change posts and the log line that says the verdict."""
 
 from __future__ import annotations
+
+import pytest
 
 from specdeploy.controller.apply import merge_patch
 from specdeploy.api.conditions import Verdict
@@ -121,3 +124,83 @@ def test_events_only_for_warnings_and_real_transitions() -> None:
     lost = conds(Validated="False", Planned="True", Progressing="False", Available="False", Ready="False", Stalled="True")
     kinds = {r: t for t, r, _ in _events(serving, lost)}
     assert kinds == {"RValidatedFalse": "Warning", "RAvailableFalse": "Warning", "RReadyFalse": "Normal", "RStalledTrue": "Warning"}
+
+
+def _finding(code: str, field: str, stage: str = "spec", severity: str = "error") -> dict[str, str]:
+    return {"code": code, "severity": severity, "stage": stage, "field": field, "message": f"{field} is wrong"}
+
+
+def test_each_error_finding_is_one_event_and_no_summary_repeats_it() -> None:
+    """An invalid CR used to get two identical Warnings (Validated=False, then Stalled=True with
+    the same words) naming only the first finding."""
+    from specdeploy.controller.conditions import condition_events, finding_events
+
+    verdicts = {"Validated": Verdict("False", "InvalidSpec", "spec.image: wrong (+1 more)"), "Planned": Verdict("Unknown", "NotValidated")}
+    findings = [_finding("image-invalid", "spec.image"), _finding("method-misspelled", "spec.draft.method"),
+                _finding("vllm-version-unknown", "spec.image", severity="warning")]
+    events, said = finding_events(findings, None, verdicts)
+    assert events == [("Warning", "InvalidSpec", "spec.image: spec.image is wrong [image-invalid]"),
+                      ("Warning", "InvalidSpec", "spec.draft.method: spec.draft.method is wrong [method-misspelled]")]
+    invalid = [{"type": "Validated", "status": "False", "reason": "InvalidSpec", "message": "x"},
+               {"type": "Stalled", "status": "True", "reason": "InvalidSpec", "message": "x"}]
+    assert condition_events([], invalid, said=said) == []  # the findings' own Events say it
+    # Another edit, one finding fixed and one added: only the new one is news.
+    events, _ = finding_events([findings[1], _finding("extra-arg-joined", "spec.vllm.extraArgs[0]")], findings, verdicts)
+    assert [e[2].split(":")[0] for e in events] == ["spec.vllm.extraArgs[0]"]
+    assert finding_events(findings, findings, verdicts)[0] == []  # a re-reconcile says nothing again
+
+
+def test_a_plan_finding_takes_the_planned_reason_and_many_findings_are_counted() -> None:
+    from specdeploy.controller.conditions import MAX_FINDING_EVENTS, finding_events
+
+    verdicts = {"Validated": Verdict("True", "Valid"), "Planned": Verdict("False", "NoFeasiblePlan", "x")}
+    events, said = finding_events([_finding("gpu-unknown", "spec.resources.gpu.product", stage="plan")], [], verdicts)
+    assert events[0][1] == "NoFeasiblePlan" and said == {"Planned"}
+    many = [_finding("spec-invalid", f"spec.vllm.env[{i}].name") for i in range(MAX_FINDING_EVENTS + 3)]
+    events, _ = finding_events(many, [], {"Validated": Verdict("False", "InvalidSpec")})
+    assert len(events) == MAX_FINDING_EVENTS + 1 and events[-1][2] == "3 more finding(s): see status.findings"
+
+
+def test_a_stall_of_its_own_still_warns() -> None:
+    """Stalled=True that no spec condition explains (the children cannot be written) is the one Event."""
+    from specdeploy.controller.conditions import condition_events
+
+    stuck = [{"type": "Validated", "status": "True", "reason": "Valid", "message": ""},
+             {"type": "Stalled", "status": "True", "reason": "ApplyFailed", "message": "RBAC"}]
+    assert [(t, r) for t, r, _ in condition_events([], stuck)] == [("Warning", "ApplyFailed")]
+
+
+def test_the_log_line_gives_the_verdict() -> None:
+    from specdeploy.controller.conditions import verdict_line
+
+    def cond(kind: str, status: str, reason: str, message: str = "m") -> dict[str, str]:
+        return {"type": kind, "status": status, "reason": reason, "message": message}
+
+    assert verdict_line([cond("Validated", "False", "InvalidSpec", "spec.image: bad")]) == "invalid (InvalidSpec: spec.image: bad)"
+    assert verdict_line([cond("Validated", "True", "Valid"), cond("Planned", "False", "NoFeasiblePlan")]).startswith("not planned")
+    assert verdict_line([cond("Validated", "True", "Valid"), cond("Ready", "True", "Serving")]) == "ready (Serving: m)"
+    assert verdict_line([cond("Ready", "Unknown", "Creating")]).startswith("not ready (Creating")
+
+
+def test_the_text_log_names_the_object_and_drops_kopfs_succeeded_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """kopf's "Handler 'reconcile' succeeded." said so for an invalid CR too, and named nothing."""
+    import logging
+
+    import kopf
+
+    from specdeploy.controller.main import configure_logging
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure_logging("text")
+        body = kopf.Body({"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment",
+                          "metadata": {"namespace": "ns1", "name": "sd", "uid": "u"}})
+        logger = kopf.LocalObjectLogger(body=body, settings=kopf.OperatorSettings())
+        logger.info("Handler 'reconcile' succeeded.")
+        logger.info("Reconciled SpeculativeDeployment ns1/sd: invalid (InvalidSpec: spec.image: bad)")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "[ns1/sd] Reconciled SpeculativeDeployment ns1/sd: invalid" in lines[0], lines

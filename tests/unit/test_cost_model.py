@@ -12,7 +12,7 @@ import pytest
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.pipeline import ModelInputs, evaluate
-from specdeploy.planning.compute import LayoutCompute, ModelCompute, max_num_seqs
+from specdeploy.planning.compute import LayoutCompute, ModelCompute
 from specdeploy.planning.gpus import lookup_gpu
 from specdeploy.telemetry.cost import (COMPUTE_EFFICIENCY, HBM_EFFICIENCY, CostModelError, Hardware, Workload,
                                        advise_by_batch, all_reduce_s, batch_grid, bytes_read, crossover_batch_size,
@@ -71,12 +71,7 @@ def test_goodput_by_hand_for_a_lookup_drafter() -> None:
     assert work.speedup(1, 1) == pytest.approx(1.5)
 
 
-def test_max_num_seqs_follows_the_flag_else_vllms_default_for_the_gpu() -> None:
-    h100, a100 = lookup_gpu("H100-80GB"), lookup_gpu("A100-80GB")
-    assert max_num_seqs(["--max-num-seqs", "64"], h100, 80) == 64
-    assert max_num_seqs(["--max-num-seqs=32"], h100, 80) == 32
-    assert max_num_seqs([], h100, 80) == 1024
-    assert max_num_seqs([], a100, 80) == 256
+def test_the_batch_grid_doubles_up_to_max_num_seqs() -> None:
     assert batch_grid(100) == [1, 2, 4, 8, 16, 32, 64]
 
 

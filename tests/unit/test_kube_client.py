@@ -105,8 +105,40 @@ async def test_an_untrusted_server_certificate_is_refused(tmp_path: Path, self_s
 
 
 async def test_the_token_is_refreshed_through_the_loaders_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-cluster and exec kubeconfigs rotate tokens through the loader's refresh hook; the
-    client asks it before every request."""
+    """In-cluster and exec kubeconfigs rotate tokens through the loader's refresh hook. The
+    client asks it once per refresh period, not per request, and again at once after a 401."""
+    tokens: list[str | None] = []
+    statuses = iter([200, 200, 200, 401, 200])
+
+    async def handler(request: web.Request) -> web.Response:
+        tokens.append(request.headers.get("Authorization"))
+        return web.json_response({}, status=next(statuses))
+
+    runner, port = await _serve(handler)
+    try:
+        monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}", {"token": "old"})))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        configuration = load_configuration()
+        asked: list[int] = []
+
+        def rotate(c: Any) -> None:
+            asked.append(1)
+            c.api_key.update(BearerToken=f"Bearer t{len(asked)}")
+
+        configuration.refresh_api_key_hook = rotate
+        kube = Kube(configuration)
+        for name in "abc":
+            await kube.get("ConfigMap", "n", name)
+        with pytest.raises(KubeTemporaryError):
+            await kube.get("ConfigMap", "n", "rotated")  # 401: the token was rotated under us
+        await kube.get("ConfigMap", "n", "d")
+        assert tokens == ["Bearer t1"] * 4 + ["Bearer t2"] and len(asked) == 2
+        await kube.close()
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_zero_refresh_period_asks_the_hook_before_every_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tokens: list[str | None] = []
 
     async def handler(request: web.Request) -> web.Response:
@@ -116,6 +148,7 @@ async def test_the_token_is_refreshed_through_the_loaders_hook(tmp_path: Path, m
     runner, port = await _serve(handler)
     try:
         monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}", {"token": "old"})))
+        monkeypatch.setenv("SPECDEPLOY_AUTH_REFRESH_S", "0")
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         configuration = load_configuration()
         rotated = iter(["Bearer first", "Bearer second"])

@@ -24,7 +24,7 @@ def kinds(caches) -> dict[str, tuple[int, int]]:
 def test_full_attention_is_every_block_of_max_model_len_plus_the_null_block() -> None:
     caches = model_layer_caches(geometry("meta-llama__Llama-3.1-8B-Instruct"), 2, 1, "auto")
     assert kinds(caches) == {"full": (32, 4 * 256 * 2)}  # 4 KV heads per rank x (K + V of 128) x bf16
-    need = cache_need(caches, max_model_len=L, block_size=128)
+    need = cache_need(caches, max_model_len=L, block_size=128, in_flight_tokens=2048)
     assert need.bytes == (L // 128 + 1) * 32 * 128 * 2048 == 2_155_872_256
 
 
@@ -40,7 +40,7 @@ def test_gpt_oss_sliding_layers_hold_the_window_plus_the_tokens_in_flight() -> N
 def test_sparse_mla_adds_the_indexer_cache_on_every_layer() -> None:
     caches = model_layer_caches(geometry("zai-org__GLM-5"), 2, 1, "auto")
     assert kinds(caches) == {"mla": (78, 576 * 2), "indexer": (78, 128 + 4)}
-    need = cache_need(caches, max_model_len=L, block_size=16)
+    need = cache_need(caches, max_model_len=L, block_size=16, in_flight_tokens=2048)
     assert need.bytes == (L // 16 + 1) * 78 * 16 * (1152 + 132) == 3_283_383_168
     fp8 = model_layer_caches(geometry("zai-org__GLM-5"), 2, 1, "fp8")
     assert kinds(fp8)["mla"] == (78, 656)  # the sparse backend canonicalizes fp8 to fp8_ds_mla
@@ -51,7 +51,7 @@ def test_kimi_k3_kda_state_pads_to_an_mla_page_of_768_tokens_at_tp8() -> None:
     conv = 3 * (3 * 96 * 128 // 8) * 2  # (kernel 4 - 1) columns of q, k, v channels, bf16
     recurrent = 96 // 8 * 128 * 128 * 4  # fp32
     assert kinds(caches) == {"state": (69, conv + recurrent), "mla": (24, 1152)}
-    need = cache_need(caches, max_model_len=L, block_size=128)
+    need = cache_need(caches, max_model_len=L, block_size=128, in_flight_tokens=2048)
     assert need.block_size == 128 * -(-(conv + recurrent) // (128 * 1152)) == 768
     # 69 KDA layers in 3 groups of 23, 24 MLA layers in one: a block holds 24 pages of 768 x 1152 B.
     assert need.bytes_per_block == 24 * 768 * 1152
@@ -63,7 +63,7 @@ def test_kimi_k3_state_is_kept_per_speculative_token_and_the_draft_layers_join_t
     caches = layer_caches("dspark", target, draft, 8, 8, 1, "auto", 3)
     state = next(c for c in caches if c.kind == "state")
     assert state.state_bytes == 6 * 4608 * 2 + 12 * 128 * 128 * 4  # conv grows by k columns
-    need = cache_need(caches, max_model_len=L, block_size=128, num_speculative_tokens=3)
+    need = cache_need(caches, max_model_len=L, block_size=128, num_speculative_tokens=3, in_flight_tokens=2048)
     # 24 + 5 MLA layers set the group size; each KDA group keeps 1 + k state pages.
     assert need.bytes == (3 * 4 + 43 + 1) * 29 * 768 * 1152 == 1_436_811_264
 
@@ -79,8 +79,8 @@ def test_mtp_layers_are_of_the_targets_kind_and_eagle_heads_at_the_targets_tp() 
 
 def test_align_mode_keeps_two_state_pages_and_a_prefill_checkpoint() -> None:
     caches = model_layer_caches(geometry("moonshotai__Kimi-K3"), 8, 1, "auto")
-    none = cache_need(caches, max_model_len=L, block_size=64)
-    align = cache_need(caches, max_model_len=L, block_size=64, mamba_align_mode=True)
+    none = cache_need(caches, max_model_len=L, block_size=64, in_flight_tokens=2048)
+    align = cache_need(caches, max_model_len=L, block_size=64, mamba_align_mode=True, in_flight_tokens=2048)
     assert align.blocks_per_sequence - none.blocks_per_sequence == 3 * 2  # 3 KDA groups x (2 + 1 - 1)
 
 
@@ -98,7 +98,7 @@ def test_qwen3_next_counts_12_attention_layers_not_48_and_a_gated_delta_net_stat
     conv = 3 * (128 * 16 * 2 + 128 * 32) // 2 * 2  # (kernel - 1) x conv channels per rank, bf16
     recurrent = 32 // 2 * 128 * 128 * 2  # v heads per rank x 128 x 128, model dtype under auto
     assert kinds(caches) == {"state": (36, conv + recurrent), "full": (12, 1 * 512 * 2)}
-    need = cache_need(caches, max_model_len=L, block_size=128, mamba_align_mode=True)
+    need = cache_need(caches, max_model_len=L, block_size=128, mamba_align_mode=True, in_flight_tokens=2048)
     assert need.block_size == 128 * -(-(conv + recurrent) // (128 * 1024)) == 640
     # fp32 recurrent state, as the CPU platform stores it: vLLM's own figure on CPU.
     cpu = model_layer_caches(geometry("layout-qwen3-next-80b"), 2, 1, "auto", mamba_ssm_cache_dtype="float32")

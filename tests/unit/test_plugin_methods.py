@@ -45,7 +45,7 @@ def test_a_release_without_plugins_refuses_an_unknown_method_naming_what_it_acce
     evaluation = _evaluate(version, {"method": PLUGIN, "numSpeculativeTokens": 3})
     (finding,) = [f for f in evaluation.findings if f.code == "method-unsupported"]
     assert not evaluation.ok and finding.field == "spec.draft.method" and f"'{PLUGIN}'" in finding.message
-    assert all(name in finding.message for name in rule_set(version).speculative_methods)
+    assert all(name in finding.message for name in ("eagle", "eagle3", "mtp", "draft_model")) and len(finding.message) <= 300
     assert "lets no plugin register one" in finding.message and not evaluation.needs_preflight
 
 

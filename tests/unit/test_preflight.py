@@ -120,6 +120,18 @@ def test_the_key_names_image_args_configs_and_gpu() -> None:
     assert len({base.key, other_image.key, other_config.key, other_args.key}) == 4
 
 
+def test_the_judge_is_told_the_gpus_name_which_decides_vllms_batch_size() -> None:
+    """vLLM keeps any A100 on its small batch tier by name (engine/arg_utils.py get_batch_defaults):
+    the judge gets the product, and memoryGiB alone gives no name."""
+    gpu = LLAMA.resources.gpu
+    a100 = request_for(LLAMA.model_copy(update={"resources": LLAMA.resources.model_copy(
+        update={"gpu": gpu.model_copy(update={"product": "A100-80GB", "memory_gi_b": None})})}))
+    assert a100.gpu["deviceName"] == "A100-80GB" and a100.gpu["memoryBytes"] == 80 * 1024**3
+    memory_only = request_for(LLAMA.model_copy(update={"resources": LLAMA.resources.model_copy(
+        update={"gpu": gpu.model_copy(update={"product": None, "memory_gi_b": 80})})}))
+    assert "deviceName" not in memory_only.gpu
+
+
 def test_multi_node_plans_judge_the_leaders_args() -> None:
     spec = example_spec("kimi-k3-dspark-h200.yaml")
     request = request_for(spec)

@@ -92,3 +92,66 @@ def test_the_images_vllm_refuses_what_the_newest_rules_accept(tmp_path: Path) ->
     (only,) = json.loads(result.stdout)["results"]
     assert (only["name"], only["ok"], only["stage"]) == (cr["metadata"]["name"], False, "config")
     assert "disable_lookahead_block_hashes" in only["error"] and only["vllmVersion"]
+
+
+# The options whose rules vLLM 0.34.0 changed (issue 30), under an image whose tag names no
+# release: the newest rules guess, refuse each, and only the image's own vLLM may say otherwise.
+CUSTOM_IMAGE = "registry.example/team/vllm:fast-build"
+GUESSED: dict[str, tuple[str, dict[str, object]]] = {
+    "ngram-parallel": ("qwen3-8b-ngram.yaml", {"parallel_drafting": True}),
+    "eagle3-parallel": ("llama-3.1-8b-eagle3.yaml", {"parallel_drafting": True}),
+    "ngram-unpadded": ("qwen3-8b-ngram.yaml", {"disable_padded_drafter_batch": True}),
+    "draft-hetero": ("qwen3-32b-draft-model.yaml", {"use_heterogeneous_vocab": True}),
+    "eagle3-hetero": ("llama-3.1-8b-eagle3.yaml", {"use_heterogeneous_vocab": True}),  # 0.32.0: draft_model only
+}
+
+
+def guessed_stream(tmp_path: Path) -> Path:
+    docs = []
+    for name, (example, options) in GUESSED.items():
+        cr = yaml.safe_load((ROOT / "examples" / example).read_text())
+        cr["metadata"]["name"] = name
+        cr["spec"]["image"] = CUSTOM_IMAGE
+        cr["spec"]["draft"].setdefault("speculativeConfig", {}).update(options)
+        docs.append(cr)
+    path = tmp_path / "guessed.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def test_a_guessed_refusal_renders_the_job_for_the_images_own_plan(tmp_path: Path) -> None:
+    result = run("-f", str(guessed_stream(tmp_path)), "--render", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    items = json.loads(result.stdout)["items"]
+    assert [i["kind"] for i in items] == ["ConfigMap", "Job"] * len(GUESSED)
+    args = json.loads(items[0]["data"]["request.json"])["args"]
+    assert json.loads(args[args.index("--speculative-config") + 1])["parallel_drafting"] is True
+
+
+def test_the_text_report_names_the_guess_beside_the_images_answer(tmp_path: Path) -> None:
+    """A Python with no vLLM: the judge cannot run, and the guess stays a guess, said as one."""
+    cr = yaml.safe_load((ROOT / "examples" / "qwen3-8b-ngram.yaml").read_text())
+    cr["spec"]["image"] = CUSTOM_IMAGE
+    cr["spec"]["draft"]["speculativeConfig"]["parallel_drafting"] = True
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(cr))
+    result = run("-f", str(path), "--python", sys.executable)
+    assert result.returncode == 2, result.stderr
+    verdict, guess = result.stdout.splitlines()
+    assert verdict.startswith(f"default/{cr['metadata']['name']}: NOT JUDGED: the judge could not run")
+    assert guess.startswith("  the rules guessed for the image refused it: spec.draft.speculativeConfig.parallel_drafting: vLLM 0.34.0")
+
+
+@pytest.mark.needs_vllm_venv
+def test_a_custom_tagged_images_own_vllm_decides(tmp_path: Path) -> None:
+    """A 0.32.0-based image (the vLLM venv): each spec the guessed 0.34.0 rules refuse gets that
+    vLLM's own verdict, with the guess named beside it."""
+    result = run("-f", str(guessed_stream(tmp_path)), "--python", str(VLLM_PYTHON), "-o", "json", timeout=900)
+    assert result.returncode == 1, result.stderr  # one refusal: the image's own
+    results = {r["name"]: r for r in json.loads(result.stdout)["results"]}
+    for name in ("ngram-parallel", "eagle3-parallel", "ngram-unpadded", "draft-hetero"):
+        assert (results[name]["ok"], results[name]["vllmVersion"]) == (True, "0.32.0"), results[name]
+        assert "0.34.0" in results[name]["guess"] and next(iter(GUESSED[name][1])) in results[name]["guess"]
+    refused = results["eagle3-hetero"]
+    assert (refused["ok"], refused["stage"], refused["vllmVersion"]) == (False, "config", "0.32.0")
+    assert "use_heterogeneous_vocab only works with method='draft_model'" in refused["error"]

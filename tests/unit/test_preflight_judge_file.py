@@ -43,6 +43,7 @@ def test_the_file_imports_only_the_standard_library_and_vllm() -> None:
     ({"args": ["m", 3]}, "request.args"),
     ({"args": ["m"], "models": {"m": "/nonexistent"}}, "request.models['m']"),
     ({"args": ["m"], "models": {}, "gpu": {"memoryBytes": "80Gi"}}, "request.gpu"),
+    ({"args": ["m"], "models": {}, "gpu": {"memoryBytes": 1, "deviceName": 7}}, "request.gpu"),
 ])
 def test_a_bad_request_is_the_judges_failure_naming_the_field(tmp_path: Path, request_body: dict, field: str) -> None:
     code, verdict, _ = _run(tmp_path, request_body)

@@ -313,3 +313,21 @@ def test_host_requests_follow_the_plan_unless_the_spec_sets_them() -> None:
     assert host_requests(default, EightGpus()) == {"cpu": "18", "memory": "80Gi"}  # type: ignore[arg-type]
     bad, findings = parse_spec({"target": {"model": "m"}, "draft": {"method": "ngram"}, "resources": {"memory": "lots"}})
     assert bad is None and findings[0].field == "spec.resources.memory"
+
+
+def test_plan_hash_is_the_digest_without_its_own_annotation_and_leaves_the_child_alone() -> None:
+    """Children hash as before (a changed hash would patch, and roll, every running child on an
+    operator upgrade), and hashing copies nothing a caller holds."""
+    import copy
+    import hashlib
+    import json
+
+    for child in render_manifests(spec(), make_plan(), name="llama", namespace="ml"):
+        held = copy.deepcopy(child)
+        expected = copy.deepcopy(child)
+        expected["metadata"]["annotations"].pop(PLAN_HASH_ANNOTATION)
+        if not expected["metadata"]["annotations"]:
+            del expected["metadata"]["annotations"]
+        digest = hashlib.sha256(json.dumps(expected, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        assert plan_hash(child) == digest == child["metadata"]["annotations"][PLAN_HASH_ANNOTATION]
+        assert child == held

@@ -41,6 +41,8 @@ class Reason:
     CONFIG_UNAVAILABLE = "ConfigUnavailable"
     CONFIG_REFRESH_RETRYING = "ConfigRefreshRetrying"  # the last good config stands
     PREFLIGHT_REFUSED = "PreflightRefused"  # the fast rules accepted, the image's vLLM refused
+    # Unknown: rules guessed for an image of unknown release refuse; the image's preflight decides
+    GUESSED_REFUSAL = "GuessedRefusal"
     # Planned
     PLANNED = "Planned"
     NOT_VALIDATED = "NotValidated"

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
+from specdeploy.api.errors import SPEC_INVALID, field_message, field_names, is_ours, unknown_field, user_loc
 from specdeploy.api.names import DNS1123_LABEL_RE, DNS1123_SUBDOMAIN_RE, is_label_value, qualified_name_problem
-from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, SpeculativeDeploymentSpec
+from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PATTERN_WORDS, SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Stage, error, json_type
 
 
@@ -41,17 +43,29 @@ def capped(findings: list[Finding]) -> list[Finding]:
 
 
 def findings_from_validation_error(exc: ValidationError) -> list[Finding]:
-    findings = []
+    """pydantic's errors as findings in our words (api/errors.py): one per field."""
+    by_field: dict[tuple[Any, ...], list[ErrorDetails]] = {}
     for item in exc.errors():
-        # Union members (int | "auto") add their own loc suffix; keep the user's field.
-        loc = tuple(p for p in item["loc"] if p not in ("int", "literal['auto']", "str"))
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = f"unknown field {loc[-1]!r}"
-        elif item["type"] == "missing":
-            message = "field required"
-        findings.append(_spec_error("spec-invalid", _field_path(loc), message))
+        by_field.setdefault(user_loc(item), []).append(item)
+    findings = []
+    for loc, items in by_field.items():
+        findings += [_spec_error(code, _field_path(loc), message) for code, message in _field_errors(loc, items)]
     return capped(findings)
+
+
+def _field_errors(loc: tuple[Any, ...], items: list[ErrorDetails]) -> list[tuple[str, str]]:
+    """(code, message) for one field: our validators' words as they are, pydantic's rewritten."""
+    said = [(i["type"] if is_ours(i) else SPEC_INVALID, i["msg"].removeprefix("Value error, "))
+            for i in items if is_ours(i) or i["type"] == "value_error"]
+    if said:
+        return said
+    kind = items[0]["type"]
+    if kind == "missing":
+        return [(SPEC_INVALID, "field required")]
+    if kind == "extra_forbidden":
+        where = _field_path(loc[:-1])
+        return [(SPEC_INVALID, unknown_field(str(loc[-1]), field_names(SpeculativeDeploymentSpec, loc[:-1]), where))]
+    return [(SPEC_INVALID, field_message(items, PATTERN_WORDS))]
 
 
 def parse_spec(spec: dict[str, Any]) -> tuple[SpeculativeDeploymentSpec | None, list[Finding]]:

@@ -8,12 +8,16 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
+from specdeploy.api.errors import field_message, user_loc
+from specdeploy.api.image_reference import IMAGE_INVALID, image_problem
 from specdeploy.api.names import QUALIFIED_NAME_RULE, is_dns1123_subdomain, is_label_value, qualified_name_problem
-from specdeploy.vllm import DEFAULT_IMAGE
+from specdeploy.findings import did_you_mean
+from specdeploy.vllm import DEFAULT_IMAGE, DEFAULT_VERSION
 from specdeploy.vllm.methods import METHODS as METHOD_TABLE
 from specdeploy.vllm.methods import Method as SpeculativeMethod
-from specdeploy.vllm.methods import accepted_names, aliases, method_named, methods_where, plugin_releases
+from specdeploy.vllm.methods import accepted_names, aliases, method_named, methods_where, misspelled, plugin_releases
 
 API_GROUP = "specdeploy.io"
 API_VERSION = "v1alpha1"
@@ -66,6 +70,14 @@ def _not_empty(value: str) -> str:
     return value
 
 
+def _image_reference(value: str) -> str:
+    """What the kubelet cannot parse never reaches a pod (api/image_reference.py)."""
+    problem = image_problem(value)
+    if problem:
+        raise PydanticCustomError(IMAGE_INVALID, problem)
+    return value
+
+
 NoSpace = Annotated[str, AfterValidator(_no_space)]
 NonEmpty = Annotated[str, AfterValidator(_not_empty)]
 ResourceName = Annotated[str, _matching(RESOURCE_NAME_RE, "must be an extended resource name like nvidia.com/gpu")]
@@ -73,7 +85,23 @@ Quantity = Annotated[str, _matching(QUANTITY_RE, "must be a Kubernetes quantity 
 METHOD_NAME_RE = r"^[a-z][a-z0-9_]*$"
 METHOD_NAME_RULE = "must be a method name: lowercase letters, digits and _, starting with a letter"
 MAX_METHOD_NAME = 64
-Method = Annotated[str, Field(max_length=MAX_METHOD_NAME), _matching(METHOD_NAME_RE, METHOD_NAME_RULE)]
+# A typo of a listed method name, in every release: never left for a plugin to claim.
+METHOD_MISSPELLED = "method-misspelled"
+
+
+def _method_name(value: str) -> str:
+    """A name within two edits of a listed method (eagel3, Eagle3, eagle-3) is that method
+    misspelled, whatever the release: under plugins it would otherwise wait for a preflight."""
+    meant = misspelled(value)
+    if meant:
+        raise PydanticCustomError(METHOD_MISSPELLED, f"{value!r} is not a method: {did_you_mean(meant)} "
+                                  "(a plugin's method may not be within two edits of a built-in one)")
+    if not re.search(METHOD_NAME_RE, value):
+        raise ValueError(f"{METHOD_NAME_RULE}, got {value!r}")
+    return value
+
+
+Method = Annotated[str, Field(max_length=MAX_METHOD_NAME), AfterValidator(_method_name)]
 
 Auto = Literal["auto"]
 IntOrAuto = Union[Auto, int]
@@ -101,7 +129,8 @@ def _method_description() -> str:
     return (f"vLLM speculative method. {kinds}. No draft model: {', '.join(methods_where(draft='none'))}. "
             f"Without draft.model, {', '.join(m.name for m in METHOD_TABLE.values() if m.target_as_draft)} draft "
             f"from the target checkpoint itself. {named}. Any other name is taken only for an image whose vLLM lets "
-            f"plugins register methods ({', '.join(plugin_releases())}), and only a preflight of that image can judge it.")
+            f"plugins register methods ({', '.join(plugin_releases())}), and only a preflight of that image can judge it; "
+            "a name within two edits of one above is refused as a typo of it.")
 
 
 def _draft_model_description() -> str:
@@ -205,6 +234,9 @@ class GpuSpec(SpecModel):
 
 
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
+VLLM_VERSION_RE = r"^\d+\.\d+\.\d+$"
+# What each `pattern=` of these models allows, in words (api/errors.py quotes them).
+PATTERN_WORDS = {QUANTITY: "a Kubernetes quantity like 500m, 4 or 16Gi", VLLM_VERSION_RE: f"a vLLM release X.Y.Z, e.g. {DEFAULT_VERSION}"}
 
 
 class ResourcesSpec(SpecModel):
@@ -238,10 +270,40 @@ class SecretKeyRef(SpecModel):
     key: str = Field("token", description="Key in the Secret.", max_length=253)
 
 
+# validation.go IsEnvVarName: the name every supported Kubernetes takes (1.34 relaxes it).
+ENV_NAME_RE = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+
+
 class EnvVar(SpecModel):
     name: str = Field(description="Environment variable name.", max_length=256)
     value: str | None = Field(None, description="Literal value.", max_length=4096)
     value_from: dict[str, Any] | None = Field(None, description="A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+
+    # The API server checks these only when it gets the Deployment: refused there, the spec was
+    # accepted and no pod ever came.
+    @field_validator("name")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not re.match(ENV_NAME_RE, value):
+            raise ValueError(f"{value[:80]!r} is not an environment variable name: letters, digits, '_', '-' and '.', not starting with a digit")
+        return value
+
+    @field_validator("value_from")
+    @classmethod
+    def _env_source(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from kubernetes.client.models.v1_env_var_source import V1EnvVarSource
+
+        if value is not None:
+            _as_kubernetes(V1EnvVarSource, value, "")
+            if len([v for v in value.values() if v is not None]) != 1:
+                raise ValueError("must hold exactly one of secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "EnvVar":
+        if self.value and self.value_from is not None:
+            raise ValueError("set value or valueFrom, not both")
+        return self
 
 
 class VllmSpec(SpecModel):
@@ -313,8 +375,8 @@ def _as_kubernetes(model: Any, value: Any, where: str) -> None:
         model.model_validate(value)
     except ValidationError as exc:
         first = exc.errors()[0]
-        path = ".".join(str(p) for p in first["loc"])
-        what = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+        path = ".".join(str(p) for p in user_loc(first))
+        what = "unknown field" if first["type"] == "extra_forbidden" else field_message([first], {})
         raise ValueError(f"{where}{'.' if where and path else ''}{path}: {what} (a Kubernetes {model.__name__[2:]})") from None
 
 
@@ -360,8 +422,8 @@ class SpeculativeDeploymentSpec(SpecModel):
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec, description="Tensor and pipeline parallelism of the target.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="Serving limits that size the KV cache.")
     replicas: int = Field(1, ge=0, le=1000, description="Number of serving replicas (each may span several nodes).")
-    image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`. Its release tag (vX.Y.Z, X.Y.Z, vX.Y.Z-cu130) decides which vLLM release's rules judge the spec, unless vllmVersion is set.", max_length=512)
-    vllm_version: str | None = Field(None, description="The vLLM release the image runs (X.Y.Z), for images whose tag is not a release tag (latest, nightly, a digest, a private build). Its rules judge the spec.", pattern=r"^\d+\.\d+\.\d+$", max_length=32)
+    image: Annotated[str, AfterValidator(_not_empty), AfterValidator(_no_space), AfterValidator(_image_reference)] = Field(DEFAULT_IMAGE, description="vLLM OpenAI-server image; its entrypoint must be `vllm serve`. Its release tag (vX.Y.Z, X.Y.Z, vX.Y.Z-cu130) decides which vLLM release's rules judge the spec, unless vllmVersion is set.", max_length=512)
+    vllm_version: str | None = Field(None, description="The vLLM release the image runs (X.Y.Z), for images whose tag is not a release tag (latest, nightly, a digest, a private build). Its rules judge the spec.", pattern=VLLM_VERSION_RE, max_length=32)
     vllm: VllmSpec = Field(default_factory=VllmSpec, description="Extra vLLM args and environment.")
     hf_token_secret_ref: SecretKeyRef | None = Field(None, description="Secret holding a Hugging Face token, injected as HF_TOKEN via secretKeyRef only.")
     model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, description="Volume for the Hugging Face model cache.")

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from specdeploy.api.conditions import (
-    AVAILABLE, CONDITION_TYPES, PREFLIGHT, PREFLIGHT_WARNINGS, PROGRESSING, READY, RECONCILING, SPEC_CONDITIONS, STALLED,
+    AVAILABLE, CONDITION_TYPES, PLANNED, PREFLIGHT, PREFLIGHT_WARNINGS, PROGRESSING, READY, RECONCILING, SPEC_CONDITIONS, STALLED,
     STUCK_REASONS, UNKNOWN, VALIDATED, Reason, Verdict,
 )
 from specdeploy.api.status import Condition
+from specdeploy.findings import VALIDATION_STAGES
 
 Verdicts = dict[str, Verdict]  # condition type -> its value
 # A scheduler message is read from the cluster: kept to a size a condition message carries.
@@ -161,10 +162,14 @@ def verdicts_from(conditions: list[dict[str, Any]]) -> Verdicts:
     }
 
 
-def condition_events(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[Event]:
+def condition_events(previous: list[dict[str, Any]], current: list[dict[str, Any]], *,
+                     said: frozenset[str] = frozenset()) -> list[Event]:
     """Events for Warnings and meaningful transitions only: a condition's first appearance in
-    its expected state (Validated/Planned True, Available/Ready False) is no news."""
+    its expected state (Validated/Planned True, Available/Ready False) is no news. `said`: the
+    conditions whose findings have an Event each (`finding_events`), so no summary repeats them;
+    nor does Stalled=True repeat the False spec condition it is derived from."""
     before = {c.get("type"): c for c in previous or []}
+    blocked = {c["reason"] for c in current if c["type"] in SPEC_CONDITIONS and c["status"] == "False"}
     events = []
     for cond in current:
         kind, status, old = cond["type"], cond["status"], before.get(cond["type"])
@@ -174,9 +179,43 @@ def condition_events(previous: list[dict[str, Any]], current: list[dict[str, Any
             events.append(("Warning", cond["reason"], message))
         elif kind == PREFLIGHT and cond["reason"] in PREFLIGHT_WARNINGS and (old or {}).get("reason") != cond["reason"]:
             events.append(("Warning", cond["reason"], message))  # CouldNotRun: Unknown (BestEffort) or False (Required)
+        elif (kind in said and status == "False") or (kind == STALLED and cond["reason"] in blocked):
+            continue
         elif old is None or old.get("status") != status:
             events += _transition_event(kind, status, old, cond["reason"], message)
     return events
+
+
+# A spec with more errors than this gets this many Events and one counting the rest.
+MAX_FINDING_EVENTS = 10
+
+
+def finding_events(findings: list[dict[str, Any]] | None, previous: list[dict[str, Any]] | None,
+                   verdicts: Verdicts) -> tuple[list[Event], frozenset[str]]:
+    """One Warning per error finding the status newly holds, with the reason of the condition it
+    decides (a finding already said is not said again), and those conditions: each finding is
+    one line of `kubectl describe`, not a summary of the first plus two copies of it."""
+    known = {(f.get("code"), f.get("field"), f.get("message")) for f in previous or []}
+    new = [f for f in findings or [] if f.get("severity") == "error" and (f.get("code"), f.get("field"), f.get("message")) not in known]
+    validation = {stage.value for stage in VALIDATION_STAGES}
+    kinds = [VALIDATED if f.get("stage") in validation else PLANNED for f in new]
+    events: list[Event] = [("Warning", verdicts.get(kind, UNKNOWN).reason or kind, f"{f['field']}: {f['message']} [{f['code']}]")
+                           for f, kind in zip(new[:MAX_FINDING_EVENTS], kinds)]
+    if len(new) > MAX_FINDING_EVENTS:
+        events.append(("Warning", events[-1][1], f"{len(new) - MAX_FINDING_EVENTS} more finding(s): see status.findings"))
+    return events, frozenset(kinds)
+
+
+def verdict_line(conditions: list[dict[str, Any]]) -> str:
+    """A reconcile's outcome in a few words for the log: what blocks the spec, else readiness."""
+    by_type = {c.get("type"): c for c in conditions}
+    for kind, word in ((VALIDATED, "invalid"), (PLANNED, "not planned")):
+        cond = by_type.get(kind) or {}
+        if cond.get("status") == "False":
+            return f"{word} ({cond.get('reason')}: {str(cond.get('message', ''))[:300]})"
+    ready = by_type.get(READY) or {}
+    word = "ready" if ready.get("status") == "True" else "not ready"
+    return f"{word} ({ready.get('reason')}: {str(ready.get('message', ''))[:300]})"
 
 
 def _transition_event(kind: str, status: str, old: Mapping[str, Any] | None, reason: str, message: str) -> list[Event]:

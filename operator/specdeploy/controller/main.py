@@ -50,6 +50,8 @@ from specdeploy.preflight.job import JOB_LABEL
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, label_value
 
 registry = kopf.OperatorRegistry()
+# kopf's record of the handled spec, fed the spec each reconcile judged (controller/diffbase.py).
+DIFFBASE = DigestDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
 logger = logging.getLogger("specdeploy.operator")
 
 # Opt-in (chart value): read spec.hfTokenSecretRef's Secret to fetch configs of gated repos.
@@ -69,7 +71,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     and the API client every handler uses."""
     settings.persistence.finalizer = f"{API_GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
-    settings.persistence.diffbase_storage = DigestDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
+    settings.persistence.diffbase_storage = DIFFBASE
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 310
     settings.watching.connect_timeout = 30
@@ -156,8 +158,12 @@ def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
 @kopf.on.create(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
-    """In a slot, within the budget (`attempt.reconcile_once`); kopf retries with our backoff."""
+    """In a slot, within the budget (`attempt.reconcile_once`); kopf retries with our backoff.
+    kopf then records the spec this reconcile judged as handled (controller/diffbase.py)."""
+    DIFFBASE.forget(body.metadata.uid)
     outcome = await reconcile_once(_reconciler(memo, logger), body, budget_s=memo.budget_s, logger=logger, post=_post, retry=retry)
+    if outcome.result is not None and outcome.result.judged is not None:
+        DIFFBASE.judged(outcome.result.judged)
     if outcome.retry is not None:
         raise kopf.TemporaryError(outcome.retry, delay=backoff(outcome.retry_kind, retry))
 
@@ -172,6 +178,7 @@ async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body.get("metadata") or {}
     memo.desired.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
     memo.status.forget(meta.get("namespace"), meta.get("name"))
+    DIFFBASE.forget(meta.get("uid"))
     memo.unschedulable.forget(meta.get("namespace"), label_value(meta.get("name") or ""))
     memo.runs.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
     memo.preflight.done(meta.get("namespace"), meta.get("name"), meta.get("uid"))
@@ -267,7 +274,8 @@ def configure_logging(log_format: str) -> None:
     configuration; "json": one JSON object per line, with the object's namespace and name."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format {log_format!r}: use {' or '.join(LOG_FORMATS)}")
-    kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL)
+    # Text lines about an object start with [namespace/name]; JSON carries them as fields.
+    kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL, log_prefix=log_format != "json")
     objects = logging.getLogger("kopf.objects")
     for quiet in (_QuietWatchHandlers, _NoEventPerRetry):
         if not any(isinstance(f, quiet) for f in objects.filters):
@@ -297,9 +305,11 @@ class _NoEventPerRetry(logging.Filter):
 
 class _QuietWatchHandlers(logging.Filter):
     """Drops kopf's "Handler 'heal-pdb' succeeded." line, logged for every child watch event
-    (thousands an hour at scale, saying nothing); what a handler did is logged by the handler."""
+    (thousands an hour at scale, saying nothing); what a handler did is logged by the handler.
+    The reconcile's too: it "succeeded" for an invalid spec, and its own line gives the verdict."""
 
-    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "forget", "telemetry-track", "preflight-job", "preflight-pod")
+    _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "forget", "telemetry-track", "reconcile",
+            "preflight-job", "preflight-pod")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.INFO or not isinstance(record.msg, str) or not record.msg.startswith("Handler '"):
@@ -327,25 +337,20 @@ async def stop_keeping_webhook_certificate(memo: kopf.Memo, **_: Any) -> None:
 
 # -- the front: what every replica serves, leader or standby ---------------------------------
 # kopf's liveness endpoint and the validating webhook: validation needs no leadership, so the
-# webhook Service may route to any replica. Its client never writes (`_never`).
+# webhook Service may route to any replica. It has no client of its own: the webhook reads
+# nothing from the cluster (controller/webhook.py says why).
 front = kopf.OperatorRegistry()
 kopf.on.login(registry=front)(login)
-kopf.on.cleanup(registry=front)(close)
-
-
-def _never() -> bool:
-    return False
 
 
 @kopf.on.startup(registry=front)
 async def configure_front(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """The webhook server (when the chart enables it) and the read-only client its ConfigMap
-    lookups use; no watches, no Events."""
+    """The webhook server (when the chart enables it) and the CPU pool its verdicts run in; no
+    watches, no Events, no reads."""
     settings.scanning.disabled = True
     settings.posting.enabled = False
     settings.networking.request_timeout = request_timeout()[1]
     settings.admission.server = webhook.server_from_env()
-    memo.kube = Kube(load_configuration(), on_response=METRICS.on_response, may_write=_never)
     memo.offload = OffLoop()
     if webhook.enabled():
         webhook.warm_up()

@@ -83,22 +83,26 @@ def _record(request: JudgeRequest, job: str, outcome: Outcome) -> dict[str, Any]
     return {k: v for k, v in record.items() if v is not None}
 
 
-def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast_version: str | None) -> Decision:
-    """The gate for one outcome under `mode` (Required | BestEffort)."""
+def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast_version: str | None,
+           guess: str | None = None) -> Decision:
+    """The gate for one outcome under `mode` (Required | BestEffort). `guess`: the refusal of rules
+    guessed for an image of unknown release, which this verdict replaces (no disagreement)."""
     status = _record(request, job, outcome)
     version = outcome.verdict.vllm_version if outcome.verdict is not None else None
     where = f"vLLM {version} in {request.image}" if version else f"vLLM in {request.image}"
     if outcome.kind == "Passed":
-        return Decision(True, Verdict("True", Reason.PASSED, f"{where} accepts the exact args (Job {job})"), status)
+        message = f"{where} accepts the exact args (Job {job})"
+        overruled = Verdict("True", Reason.VALID, f"{message}, which the rules guessed for the image refused: {guess}") if guess else None
+        return Decision(True, Verdict("True", Reason.PASSED, message), status, validated=overruled)
     if outcome.kind == "Refused":
         verdict = outcome.verdict
         assert verdict is not None
         message = f"{where} refused the args at the {verdict.stage} stage: {verdict.error}"
         finding = {"code": "preflight-refused", "severity": "error", "stage": _FINDING_STAGE.get(verdict.stage or "", "load"),
                    "field": "spec", "message": message[:4096]}
-        disagree = f"vLLM {fast_version} rules accept the spec; {message}"
+        disagree = [] if guess else [("Warning", Reason.PREFLIGHT_DISAGREES, f"vLLM {fast_version} rules accept the spec; {message}")]
         return Decision(False, Verdict("False", Reason.REFUSED, message), status, validated=Verdict("False", Reason.PREFLIGHT_REFUSED, message),
-                        findings=[finding], events=[("Warning", Reason.PREFLIGHT_DISAGREES, disagree)])
+                        findings=[finding], events=disagree)
     if outcome.kind == "Running":
         message = f"Job {job} runs {where} on the exact args (no GPU); the workload waits for its verdict"
         return Decision(False, Verdict("Unknown", Reason.RUNNING, message), status,
@@ -108,8 +112,10 @@ def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast
     if mode == "BestEffort":
         message = f"the preflight Job {job} could not run: {outcome.why}; proceeding on the fast rules (spec.preflight.mode BestEffort)"
         return Decision(True, Verdict("Unknown", Reason.COULD_NOT_RUN, message), {**status, "outcome": "CouldNotRun"})
-    message = (f"the preflight Job {job} could not run: {outcome.why}; spec.preflight.mode Required holds the workload "
-               "(fix the cause, change the spec, or set mode BestEffort)")
+    held = ("the rules guessed for the image refuse the spec and only its own vLLM can overrule them: the workload is held "
+            "(fix the cause, or change the spec)" if guess else
+            "spec.preflight.mode Required holds the workload (fix the cause, change the spec, or set mode BestEffort)")
+    message = f"the preflight Job {job} could not run: {outcome.why}; {held}"
     return Decision(False, Verdict("False", Reason.COULD_NOT_RUN, message), status, progressing=Verdict("False", Reason.PREFLIGHT_HELD, message),
                     waits=not outcome.final)
 
@@ -153,6 +159,11 @@ def enabled() -> bool:
     return os.environ.get(PREFLIGHT_ENV, "").strip().lower() != "false"
 
 
+def runs_for(spec: SpeculativeDeploymentSpec) -> bool:
+    """A preflight Job will judge this spec: the operator runs them and the spec does not turn it off."""
+    return enabled() and spec.preflight.mode != "Disabled"
+
+
 def disabled() -> Decision:
     return Decision(True, Verdict("Unknown", Reason.DISABLED, "spec.preflight.mode is Disabled: the fast rules alone decide"))
 
@@ -178,16 +189,18 @@ class PreflightGate:
 
     async def check(self, spec: SpeculativeDeploymentSpec, request: JudgeRequest, *, name: str, namespace: str,
                     status: Mapping[str, Any], owner: dict[str, Any], fast_version: str | None,
-                    required: bool = False) -> Decision:
+                    required: bool = False, guess: str | None = None) -> Decision:
         """The decision for `request`: from status.preflight when it holds this request's
         verdict (no API call), else from the Job (started here the first time). `required`: the
-        fast rules could not judge the spec, so BestEffort holds the workload as Required does."""
+        fast rules could not judge the spec, so BestEffort holds the workload as Required does;
+        so does `guess`, the refusal of rules guessed for the image (its verdict replaces it)."""
         job = preflight_name(name, request.key)
-        mode = "Required" if required else spec.preflight.mode
+        mode = "Required" if required or guess else spec.preflight.mode
         cached = _cached(status, request)
         if cached is not None:  # told when first recorded: no Event, no status write
             self.waits.done(namespace, name)
-            decision = decide(cached, request, mode=mode, job=(status.get("preflight") or {}).get("job", job), fast_version=fast_version)
+            decision = decide(cached, request, mode=mode, job=(status.get("preflight") or {}).get("job", job), fast_version=fast_version,
+                              guess=guess)
             decision.status, decision.events = None, []
             return decision
         self.waits.wait(namespace, job, name, owner.get("uid"))  # before the read: a change after it wakes the CR
@@ -198,8 +211,8 @@ class PreflightGate:
             outcome = await self._start(config_map, rendered, owner=owner, image=request.image)
         else:
             outcome = await self._read(live, rendered, owner=owner)
-        decision = decide(outcome, request, mode=mode, job=job, fast_version=fast_version)
-        if outcome.kind == "Refused" and outcome.verdict is not None:
+        decision = decide(outcome, request, mode=mode, job=job, fast_version=fast_version, guess=guess)
+        if outcome.kind == "Refused" and outcome.verdict is not None and not guess:
             METRICS.preflight_disagreements.labels(outcome.verdict.stage or "unknown").inc()
         if live is not None and outcome.final and outcome.kind != "UntrustedJob":
             await self._done_with(live, remake=outcome.kind in _REMADE)

@@ -36,9 +36,11 @@ from specdeploy.controller.conditions import (
     Verdicts,
     WorkloadState,
     condition_events,
+    finding_events,
     merge_conditions,
     ready_verdict,
     scheduling_problem,
+    verdict_line,
     verdicts_from,
     workload_verdicts,
 )
@@ -47,6 +49,7 @@ from specdeploy.controller.offload import BUDGET_ENV, OffLoop
 from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests, StatusWriters
 from specdeploy.findings import VALIDATION_STAGES, Finding, Severity
 from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
+from specdeploy.planning.plan import Plan
 from specdeploy.preflight.request import judge_request
 from specdeploy.render import endpoint, invalid_names, render_manifests, selector_string
 from specdeploy.render.labels import OWNER_LABEL, label_value
@@ -67,6 +70,7 @@ class Result:
     # with the change applied.
     body: Mapping[str, Any] | None = None
     status: dict[str, Any] = field(default_factory=dict)
+    judged: Mapping[str, Any] | None = None  # the live CR whose spec the steps judged
 
 
 @dataclass
@@ -85,6 +89,7 @@ class Pass:
     draft: ModelInputs | None = None
     stale: SourceUnavailable | None = None  # a config refresh failed: the last good one is used
     evaluation: Evaluation | None = None
+    guess: Evaluation | None = None  # guessed rules refused: their evaluation, while the preflight judges `evaluation`
     progressing: Verdict | None = None  # set by apply when it failed
     applied: Applied | None = None  # the workload as apply left it (saves a read)
     events: list[Event] = field(default_factory=list)  # posted beside the conditions' own
@@ -142,6 +147,11 @@ def _changes(previous: Mapping[str, Any], desired: dict[str, Any]) -> dict[str, 
         if previous.get(key) != value:
             out[key] = merge_diff(previous.get(key), value)
     return out
+
+
+def _layout_summary(plan: Plan) -> str:
+    return (f"tp={plan.tensor_parallel_size} pp={plan.pipeline_parallel_size} draftTp={plan.draft_tensor_parallel_size} "
+            f"nodes/replica={plan.nodes_per_replica} gpus/pod={plan.gpus_per_pod}")
 
 
 def _summary(errors: list[Finding]) -> str:
@@ -211,7 +221,11 @@ class Reconciler:
         for step in self.steps:
             if not await step(run):
                 break
-        return await self.write_status(namespace, name, functools.partial(self._status_change, run), copy=live, seen=seen)
+        result = await self.write_status(namespace, name, functools.partial(self._status_change, run), copy=live, seen=seen)
+        result.judged = live
+        if result.body is not None:  # INFO: a logged warning would post a second Event through kopf
+            self.logger.info("Reconciled %s %s/%s: %s", KIND, namespace, name, verdict_line(result.status.get("conditions") or []))
+        return result
 
     async def parse(self, run: Pass) -> bool:
         """The spec as the pure core reads it; findings when it does not parse."""
@@ -252,6 +266,9 @@ class Reconciler:
     async def judge(self, run: Pass) -> bool:
         """Validated and Planned from `pipeline.evaluate` (cached by what it reads)."""
         evaluation = run.evaluation = await self._evaluate(run)
+        assert run.spec is not None
+        if evaluation.image_plan is not None and gate.runs_for(run.spec):
+            return self._judge_guess(run, evaluation, evaluation.image_plan)
         run.desired["findings"] = [f.to_dict() for f in evaluation.findings]
         errors = [f for f in evaluation.findings if f.severity is Severity.ERROR]
         if not evaluation.validated:
@@ -263,7 +280,6 @@ class Reconciler:
             run.verdicts[VALIDATED] = Verdict("True", Reason.CONFIG_REFRESH_RETRYING,
                                               f"valid with the last config read; refreshing it failed: {stale.field}: {stale.message} (retrying)")
         else:
-            assert run.spec is not None
             judged = (f"the fast rules (vLLM {evaluation.vllm_version}) find nothing wrong; only the preflight can judge method {run.spec.draft.method}"
                       if evaluation.needs_preflight else f"{run.spec.draft.method} draft is compatible with the target (vLLM {evaluation.vllm_version} rules)")
             run.verdicts[VALIDATED] = Verdict("True", Reason.VALID, judged)
@@ -271,13 +287,26 @@ class Reconciler:
         if plan is None or errors:
             run.verdicts[PLANNED] = Verdict("False", Reason.NO_FEASIBLE_PLAN, _summary(errors) if errors else "no layout fits; see findings")
             return run.stop()
-        run.verdicts[PLANNED] = Verdict(
-            "True", Reason.PLANNED,
-            f"tp={plan.tensor_parallel_size} pp={plan.pipeline_parallel_size} draftTp={plan.draft_tensor_parallel_size} "
-            f"nodes/replica={plan.nodes_per_replica} gpus/pod={plan.gpus_per_pod}",
-        )
+        run.verdicts[PLANNED] = Verdict("True", Reason.PLANNED, _layout_summary(plan))
         run.desired["plan"] = evaluation.plan_dict()
         run.retry = f"{stale.field}: {stale.message}" if stale is not None else None
+        return True
+
+    def _judge_guess(self, run: Pass, guess: Evaluation, image_plan: Evaluation) -> bool:
+        """The rules judging are a guess (the image is no release we have rules for) and they
+        refuse: no verdict yet. Their errors are reported as the guess they are, and the preflight
+        judges the image's own plan (pipeline.plan_for_image), whose pods run if it accepts."""
+        assert run.spec is not None and image_plan.plan is not None
+        run.guess, run.evaluation = guess, image_plan
+        run.desired["findings"] = [f.to_dict() for f in guess.as_guess()]
+        errors = [f for f in guess.findings if f.severity is Severity.ERROR]
+        run.verdicts[VALIDATED] = Verdict("Unknown", Reason.GUESSED_REFUSAL, (
+            f"{run.spec.image} is no release with rules here; vLLM {guess.vllm_version}'s rules, a guess, refuse it: "
+            f"{_summary(errors)}; the preflight of the image decides"))
+        plan = image_plan.plan
+        run.verdicts[PLANNED] = Verdict("True", Reason.PLANNED, f"{_layout_summary(plan)} (vLLM {plan.vllm_version}'s rules, for the image to judge)")
+        run.desired["plan"] = image_plan.plan_dict()
+        run.retry = f"{run.stale.field}: {run.stale.message}" if run.stale is not None else None
         return True
 
     async def _evaluate(self, run: Pass) -> Evaluation:
@@ -302,7 +331,7 @@ class Reconciler:
         No gate when the operator runs no preflight (SPECDEPLOY_PREFLIGHT=false)."""
         spec, evaluation, target, draft = run.spec, run.evaluation, run.target, run.draft
         assert spec is not None and evaluation is not None and evaluation.plan is not None and target is not None
-        if not gate.enabled() or spec.preflight.mode == "Disabled":
+        if not gate.runs_for(spec):
             self.preflight_waits.done(run.namespace, run.name)
             if evaluation.needs_preflight:  # the last good workload, if any, stays as it is
                 decision = gate.needed(spec, operator_runs_none=not gate.enabled())
@@ -316,7 +345,8 @@ class Reconciler:
         try:
             decision = await gate.PreflightGate(self.kube, self.logger, self.preflight_waits).check(
                 spec, request, name=run.name, namespace=run.namespace, status=run.previous,
-                owner=_owner_reference(run.body), fast_version=evaluation.vllm_version, required=evaluation.needs_preflight)
+                owner=_owner_reference(run.body), fast_version=evaluation.vllm_version, required=evaluation.needs_preflight,
+                guess=_summary([f for f in run.guess.findings if f.severity is Severity.ERROR]) if run.guess else None)
         except KubeTemporaryError as exc:  # reading or writing the Job: the workload waits
             run.progressing = Verdict("Unknown", Reason.APPLY_RETRYING, f"preflight: {exc} (retrying)")
             return run.stop(str(exc), "slow" if exc.slow else "api")
@@ -325,6 +355,8 @@ class Reconciler:
             run.desired["preflight"] = decision.status
         if decision.validated is not None:
             run.verdicts[VALIDATED] = decision.validated
+            if run.guess is not None:  # the image's verdict replaces the guess's refusal
+                run.desired["findings"] = [f.to_dict() for f in run.guess.findings if f.severity is not Severity.ERROR]
         run.desired["findings"] = run.desired.get("findings", []) + decision.findings
         run.events += decision.events
         if decision.proceed:
@@ -400,11 +432,8 @@ class Reconciler:
             if workload is not None:
                 desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
         conditions = desired["conditions"] = merge_conditions(before, verdicts, now=run.now, generation=run.generation)
-        events = condition_events(before, conditions) + run.events
-        validated = verdicts[VALIDATED]
-        new_errors = desired.get("findings") not in (None, status.get("findings"))
-        if validated.status == "False" and new_errors and not any(e[0] == "Warning" for e in events):
-            events.append(("Warning", validated.reason, validated.message))
+        per_finding, said = finding_events(desired.get("findings"), status.get("findings"), verdicts) if "findings" in desired else ([], frozenset())
+        events = condition_events(before, conditions, said=said) + per_finding + run.events
         return Result(_changes(status, desired), events, retry, retry_kind)
 
     async def _workload_now(self, run: Pass, status: Mapping[str, Any]) -> WorkloadState | None:

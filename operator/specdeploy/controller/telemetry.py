@@ -9,12 +9,17 @@ asyncio task from startup to cleanup: its API calls are the operator's asyncio c
 pods' /metrics reads are bounded asyncio reads (`controller.scrape`: only the workload's own pods,
 a byte limit and a total deadline per read); parsing runs in a thread.
 
-Each object's round (list its pods, read them, write its status) is a task of its own: at every
-interval the loop starts a round for each object whose last round has ended, so a slow object
-delays only its own next round. Its reads together have one deadline (twice
-SPECDEPLOY_METRICS_TIMEOUT_S: a read, and as long to wait for a slot) within the operator-wide
-cap of MAX_PARALLEL_SCRAPES reads at a time (what bounds the bytes in memory), of which one
-object holds at most half: one slow object costs another at most its own deadline.
+Each object's round (its pods, read them, write its status) is a task of its own, and each
+object has a slot: the interval is cut into up to MAX_SLOTS slots of at least SLOT_S, the loop
+ticks once per slot, and a tick starts the rounds of its slot's objects whose last round has
+ended. So a pass spreads its objects evenly over the interval (new objects join the emptiest
+slot), a slow object delays only its own next round, and the work at any moment is a slot's.
+A round's pods come from the operator's pod watch (`scrape.PodIndex`, fed by a handler here), not
+from a LIST per object; their owners are read only when a pod names one not seen yet. Its reads
+together have one deadline (twice SPECDEPLOY_METRICS_TIMEOUT_S: a read, and as long to wait for
+a slot) within the operator-wide cap of MAX_PARALLEL_SCRAPES reads at a time, of which
+MAX_PARALLEL_BODIES receive a body at once (what bounds the bytes in memory) and one object
+holds at most MAX_OBJECT_SCRAPES: one slow object costs another at most its own deadline.
 
 The rules (parsing, the window, the goodput model, the verdict) are in `specdeploy.telemetry`;
 this module only fetches, remembers the window between scrapes, and writes.
@@ -27,6 +32,7 @@ import contextlib
 import copy
 import dataclasses
 import datetime
+import functools
 import logging
 import threading
 import time
@@ -43,8 +49,18 @@ from specdeploy.controller.env import Number
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.controller.offload import reconcile_budget
 from specdeploy.controller.reconcile import Reconciler
-from specdeploy.controller.scrape import MAX_BYTES, TIMEOUT_S, ScrapeError, list_owned_pods, read_metrics, session
-from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL
+from specdeploy.controller.scrape import (
+    MAX_BYTES,
+    TIMEOUT_S,
+    PodIndex,
+    ScrapeError,
+    controller_uid,
+    pod_owner_kind,
+    read_metrics,
+    session,
+    workload_owners,
+)
+from specdeploy.render.labels import HTTP_PORT, LWS_WORKER_INDEX_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from specdeploy.telemetry import Window, analyse
 from specdeploy.telemetry.cost import CostModelError
 from specdeploy.telemetry.load import LoadAnalysis, analyse_load, verdict_at_load
@@ -60,8 +76,12 @@ DEFAULT_INTERVAL_S = 60.0
 DEFAULT_WINDOW_S = 600.0
 INTERVAL = Number(INTERVAL_ENV, DEFAULT_INTERVAL_S, minimum=0, exclusive=True)
 WINDOW = Number(WINDOW_ENV, DEFAULT_WINDOW_S, minimum=0, exclusive=True)
-MAX_PARALLEL_SCRAPES = 8  # reads at a time, operator-wide (each holds up to MAX_BYTES)
-MAX_OBJECT_SCRAPES = MAX_PARALLEL_SCRAPES // 2  # of which one object's: never every slot
+MAX_PARALLEL_SCRAPES = 64  # reads at a time, operator-wide (a connection each)
+MAX_PARALLEL_BODIES = 8  # of which receiving a body (each holds up to MAX_BYTES)
+MAX_OBJECT_SCRAPES = 4  # of which one object's: never every slot
+SLOT_S = 1.0  # a pass is spread over slots of at least this long...
+MAX_SLOTS = 60  # ...and at most this many per interval
+RESYNC_PASSES = 10  # every this many passes, the pod index is checked against a LIST (PodIndex.resync)
 CONDITION = SPECULATION_EFFECTIVE
 _K_FINDINGS = ("k-auto", "k-default")  # the plan's word on why k is what it is
 
@@ -146,6 +166,10 @@ class _Tracked:
     # A k rollout whose reconcile did not finish (over budget, an API error): the next scrape
     # runs it again (kopf does not: the spec did not change).
     owed: Callable[[], Awaitable[None]] | None = None
+    slot: int = 0  # which tick of a pass starts its round
+    # The uids of its workload's ReplicaSets/StatefulSets, as last read, and the workload they are of.
+    owners: frozenset[str] = frozenset()
+    owners_of: str | None = None
     load: LoadWindow = field(init=False)  # batch sizes over the same window as the counters
 
     def __post_init__(self) -> None:
@@ -157,15 +181,24 @@ class Telemetry:
     counters moved and a rounded value changed, so at most one per interval and none while
     the pods count nothing."""
 
-    def __init__(self, kube: Kube, logger: logging.Logger, *, window_s: float = DEFAULT_WINDOW_S, budget_s: float | None = None):
+    def __init__(self, kube: Kube, logger: logging.Logger, *, window_s: float = DEFAULT_WINDOW_S, budget_s: float | None = None,
+                 interval_s: float = DEFAULT_INTERVAL_S, pods: PodIndex | None = None):
         self.kube = kube
         self.logger = logger
         self.window_s = window_s
         self.budget_s = budget_s if budget_s is not None else reconcile_budget()
+        self.interval_s = interval_s
+        self.slots = max(1, min(MAX_SLOTS, int(interval_s // SLOT_S)))
+        self.pods = pods if pods is not None else PodIndex()
         self._lock = threading.Lock()
         self._tracked: dict[tuple[str, str], _Tracked] = {}
+        self._slot_load = [0] * self.slots  # objects per slot
+        self._next_slot = 0
+        self._passes = 0
         self._rounds: dict[tuple[str, str], asyncio.Task[None]] = {}  # each object's round in flight
+        self._resync: asyncio.Task[None] | None = None
         self._reads = asyncio.Semaphore(MAX_PARALLEL_SCRAPES)
+        self._bodies = asyncio.Semaphore(MAX_PARALLEL_BODIES)
 
     def track(self, body: Mapping[str, Any], deleted: bool) -> None:
         meta = body.get("metadata") or {}
@@ -173,27 +206,55 @@ class Telemetry:
         slim = _slim(body)
         with self._lock:
             if deleted:
-                self._tracked.pop(key, None)
+                gone = self._tracked.pop(key, None)
+                if gone is not None:
+                    self._slot_load[gone.slot] -= 1
             elif key in self._tracked:
                 self._tracked[key].body = slim
             else:
-                self._tracked[key] = _Tracked(slim, Window(self.window_s))
+                slot = min(range(self.slots), key=self._slot_load.__getitem__)
+                self._slot_load[slot] += 1
+                self._tracked[key] = _Tracked(slim, Window(self.window_s), slot=slot)
 
     def tick(self, now_s: float | None = None) -> list[asyncio.Task[None]]:
-        """Start a round for every tracked object whose last round has ended (the loop calls it
-        once per interval); an object still in its round is left to it. The rounds started."""
+        """Start a round for every object of this tick's slot whose last round has ended (the
+        loop ticks `slots` times per interval); an object still in its round is left to it.
+        The rounds started."""
         now_s = time.time() if now_s is None else now_s
+        slot, self._next_slot = self._next_slot, (self._next_slot + 1) % self.slots
+        if slot == 0:
+            self._passes += 1
+            if self._passes % RESYNC_PASSES == 0 and (self._resync is None or self._resync.done()):
+                self._resync = asyncio.create_task(self.resync_pods(), name="specdeploy-telemetry resync")
         with self._lock:
-            items = list(self._tracked.items())
-        for key in [k for k, task in self._rounds.items() if task.done()]:
-            del self._rounds[key]
+            items = [(key, tracked) for key, tracked in self._tracked.items() if tracked.slot == slot and key not in self._rounds]
         started = []
         for key, tracked in items:
-            if key not in self._rounds:
-                task = asyncio.create_task(self._round(key, tracked, now_s), name=f"specdeploy-telemetry {key[0]}/{key[1]}")
-                self._rounds[key] = task
-                started.append(task)
+            task = asyncio.create_task(self._round(key, tracked, now_s), name=f"specdeploy-telemetry {key[0]}/{key[1]}")
+            self._rounds[key] = task
+            task.add_done_callback(functools.partial(self._round_ended, key))
+            started.append(task)
         return started
+
+    def _round_ended(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self._rounds.get(key) is task:
+            del self._rounds[key]
+
+    async def resync_pods(self) -> None:
+        """One LIST of our pods per namespace with objects: what the pod watch missed while it
+        was down is dropped from the index (PodIndex.resync)."""
+        with self._lock:
+            namespaces = sorted({namespace for namespace, _ in self._tracked})
+        for namespace in namespaces:
+            mark = self.pods.mark()
+            try:
+                listed = await self.kube.list("Pod", namespace, f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+            except (KubeTemporaryError, KubePermanentError) as exc:
+                self.logger.warning("telemetry: could not list the pods of %s to check the pod index: %s", namespace, exc)
+                continue
+            gone = self.pods.resync(namespace, listed, mark)
+            if gone:
+                self.logger.info("telemetry: dropped %d pods of %s that the pod watch did not report deleted", gone, namespace)
 
     async def _round(self, key: tuple[str, str], tracked: _Tracked, now_s: float) -> None:
         try:
@@ -205,7 +266,7 @@ class Telemetry:
 
     async def close(self) -> None:
         """Cancel the rounds in flight (at cleanup)."""
-        rounds = list(self._rounds.values())
+        rounds = list(self._rounds.values()) + ([self._resync] if self._resync is not None else [])
         for task in rounds:
             task.cancel()
         await asyncio.gather(*rounds, return_exceptions=True)
@@ -294,9 +355,27 @@ class Telemetry:
         for type_, reason, message in events:
             await self._event(body, type_, reason, message, _utc(time.time()))
 
+    async def _owned_pods(self, tracked: _Tracked, namespace: str, name: str) -> list[Mapping[str, Any]]:
+        """The object's pods in the index whose controller is one of its workload's ReplicaSets
+        or StatefulSets. Those owners are read again (two reads) only when a pod names one not
+        read yet or the workload changed (a rollout's new ReplicaSet, a re-created Deployment):
+        otherwise a round makes no API call before its reads."""
+        workload = str((tracked.body.get("status") or {}).get("workload") or "")
+        workload_kind, _, workload_name = workload.partition("/")
+        owner_kind = pod_owner_kind(workload_kind)
+        if owner_kind is None:
+            return []
+        pods = self.pods.of(namespace, name)
+        named = {controller_uid(pod, owner_kind) for pod in pods} - {None}
+        if not named:
+            return []
+        if tracked.owners_of != workload or not named <= tracked.owners:
+            tracked.owners = await workload_owners(self.kube, namespace, name, workload_kind, workload_name)
+            tracked.owners_of = workload
+        return [pod for pod in pods if controller_uid(pod, owner_kind) in tracked.owners]
+
     async def _scrape(self, tracked: _Tracked, namespace: str, name: str, now_s: float) -> tuple[bool, list[tuple[str, str]], int]:
-        workload_kind, _, workload_name = str((tracked.body.get("status") or {}).get("workload") or "").partition("/")
-        targets = scrape_targets(await list_owned_pods(self.kube, namespace, name, workload_kind, workload_name))
+        targets = scrape_targets(await self._owned_pods(tracked, namespace, name))
         skipped = [(pod, why) for pod, url, why in targets if url is None]
         wanted = [(pod, url) for pod, url, _ in targets if url is not None]
         results = await self._read_all([url for _, url in wanted])
@@ -330,7 +409,7 @@ class Telemetry:
             async def read_one(url: str) -> tuple[Sample | None, str | None]:
                 async with ours, self._reads:
                     try:
-                        body = await read_metrics(client, url, max_bytes=max_bytes, timeout_s=timeout_s)
+                        body = await read_metrics(client, url, max_bytes=max_bytes, timeout_s=timeout_s, body_slot=self._bodies)
                     except ScrapeError as exc:
                         return None, str(exc)
                 return await asyncio.to_thread(_parse, body)
@@ -479,12 +558,18 @@ def register(registry: kopf.OperatorRegistry) -> None:
         if telemetry is not None:
             telemetry.track(dict(body), deleted=type == "DELETED")
 
+    @kopf.on.event("", "v1", "pods", labels={MANAGED_BY_LABEL: MANAGED_BY}, id="telemetry-pods", registry=registry)
+    async def track_pod(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+        """The pod watch (one stream, shared with the scheduling handler) keeps the pod index."""
+        telemetry: Telemetry | None = getattr(memo, "telemetry", None)
+        if telemetry is not None:
+            telemetry.pods.observe(body, type)
+
     @kopf.on.startup(registry=registry)
     async def start_telemetry(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-        interval = INTERVAL.get()
         memo.telemetry = Telemetry(memo.kube, logging.getLogger("specdeploy.telemetry"),
-                                   window_s=WINDOW.get(), budget_s=memo.budget_s)
-        memo.telemetry_task = asyncio.create_task(_loop(memo.telemetry, interval), name="specdeploy-telemetry")
+                                   window_s=WINDOW.get(), budget_s=memo.budget_s, interval_s=INTERVAL.get())
+        memo.telemetry_task = asyncio.create_task(_loop(memo.telemetry), name="specdeploy-telemetry")
 
     @kopf.on.cleanup(registry=registry)
     async def stop_telemetry(memo: kopf.Memo, **_: Any) -> None:
@@ -496,7 +581,11 @@ def register(registry: kopf.OperatorRegistry) -> None:
             await memo.telemetry.close()
 
 
-async def _loop(telemetry: Telemetry, interval_s: float) -> None:
+async def _loop(telemetry: Telemetry) -> None:
+    """A tick per slot, on a fixed schedule: a slow tick does not push the later ones back."""
+    loop = asyncio.get_running_loop()
+    step, start, ticks = telemetry.interval_s / telemetry.slots, loop.time(), 0
     while True:
-        await asyncio.sleep(interval_s)
+        ticks += 1
+        await asyncio.sleep(max(0.0, start + ticks * step - loop.time()))
         telemetry.tick()

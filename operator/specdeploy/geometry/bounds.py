@@ -11,13 +11,12 @@ limits; it would fail later and less clearly (out of memory, or a ZeroDivisionEr
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any, Callable
 
 from specdeploy.geometry.context_length import LENGTH_KEYS
-from specdeploy.findings import Finding, Stage, error, json_type
+from specdeploy.findings import Finding, Stage, error, json_type, shown_value
 
 CODE = "config-value-invalid"
 
@@ -111,17 +110,6 @@ _MAX_ARCHITECTURES = 64
 
 
 _NONE = object()
-
-
-def shown_value(value: Any) -> str:
-    """A value as a message quotes it: JSON spelling, cut short (a 5000-digit integer too)."""
-    if _is_int(value) and abs(value) >= 10**40:
-        return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4000'} digits"
-    try:
-        text = json.dumps(value, allow_nan=True, ensure_ascii=True)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is_int(value: Any) -> bool:

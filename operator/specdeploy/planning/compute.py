@@ -8,19 +8,13 @@ step's time is the sum over stages, i.e. the whole model split TP ways."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from specdeploy.geometry import Geometry
 from specdeploy.planning.gpus import GpuProduct
 from specdeploy.planning.kv_cache import model_layer_caches
 from specdeploy.planning.memory import attention_bytes_per_token, estimate_parameters, estimate_weight_bytes, model_dtype_bytes
 from specdeploy.vllm.methods import Method
-
-# vLLM's --max-num-seqs default for the OpenAI server (vllm/engine/arg_utils.py
-# EngineArgs.get_batch_defaults): 1024 on GPUs of >= 70 GiB other than the A100, else 256.
-LARGE_GPU_MAX_NUM_SEQS = 1024
-SMALL_GPU_MAX_NUM_SEQS = 256
-MAX_NUM_SEQS_FLAG = "--max-num-seqs"
 
 
 @dataclass(frozen=True)
@@ -124,18 +118,3 @@ def _one_layer(model: ModelCompute) -> ModelCompute:
     return ModelCompute(model.weight_bytes // layers, model.expert_bytes // layers, model.num_experts, model.experts_per_token,
                         model.active_params // layers, model.attention_flops_per_context_token // layers,
                         model.kv_bytes_per_context_token // layers, model.hidden_size, 1, model.fp8)
-
-
-def max_num_seqs(extra_args: Sequence[str], product: GpuProduct | None, gpu_memory_gib: float | None) -> int:
-    """--max-num-seqs from the extra args, else vLLM's default for the GPU."""
-    for i, arg in enumerate(extra_args):
-        if arg.startswith(MAX_NUM_SEQS_FLAG + "="):
-            value = arg.split("=", 1)[1]
-        elif arg == MAX_NUM_SEQS_FLAG and i + 1 < len(extra_args):
-            value = extra_args[i + 1]
-        else:
-            continue
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    large = (gpu_memory_gib or 0) >= 70 and not (product and product.key.lower().startswith("a100"))
-    return LARGE_GPU_MAX_NUM_SEQS if large else SMALL_GPU_MAX_NUM_SEQS

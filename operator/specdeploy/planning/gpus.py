@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specdeploy.findings import did_you_mean, near_misses
+
 
 @dataclass(frozen=True)
 class Roofline:
@@ -108,5 +110,9 @@ def lookup_gpu(name: str) -> GpuProduct:
     ambiguous = sorted(p.key for p in CATALOG.values() if p.key.split("-")[0].lower() == key)
     if ambiguous:
         raise UnknownGpuError(f"GPU {name!r} is ambiguous: name one of {', '.join(ambiguous)}")
-    allowed = ", ".join(sorted(p.key for p in CATALOG.values()))
-    raise UnknownGpuError(f"unknown GPU {name!r}: use one of {allowed}, or set memoryGiB")
+    keys = sorted(p.key for p in CATALOG.values())
+    # One edit off a short name is often another GPU (T4 is not an L4): only longer names are typos.
+    meant = near_misses(name.strip(), keys + [alias.upper() for alias in ALIASES], most=1) if len(name.strip()) >= 5 else []
+    if meant:
+        raise UnknownGpuError(f"unknown GPU {name!r}: {did_you_mean(meant)}")
+    raise UnknownGpuError(f"unknown GPU {name!r}: use one of {', '.join(keys)}, or set memoryGiB")

@@ -40,8 +40,6 @@ FP8_DS_MLA_BYTES = 656  # MLAAttentionSpec page per token with cache_dtype_str f
 INDEXER_QUANT_BLOCK = 128  # DeepseekV32IndexerCache: one fp32 scale per 128 uint8 values
 GPU_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 GPU_MLA_BLOCK_SIZE = 64  # FlashMLA / FlashInfer-MLA kernel block size
-GPU_MAX_NUM_BATCHED_TOKENS = 8192  # `vllm serve` on a GPU of >= 70 GiB (engine/arg_utils.py get_batch_defaults)
-GPU_MAX_IN_FLIGHT_TOKENS = 2 * GPU_MAX_NUM_BATCHED_TOKENS  # async scheduling: two batches (memory.in_flight_tokens)
 _KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "bfloat16": 2, "float16": 2}
 
 
@@ -209,12 +207,12 @@ def _hybrid_block_size(caches: list[LayerCache], block_size: int) -> tuple[int, 
     return block, block * page_1
 
 
-def cache_need(caches: list[LayerCache], *, max_model_len: int, sequences: int = 1,
-               block_size: int | None = None, in_flight_tokens: int = GPU_MAX_IN_FLIGHT_TOKENS,
-               num_speculative_tokens: int = 0, mamba_align_mode: bool = False,
+def cache_need(caches: list[LayerCache], *, max_model_len: int, in_flight_tokens: int, sequences: int = 1,
+               block_size: int | None = None, num_speculative_tokens: int = 0, mamba_align_mode: bool = False,
                extra_retained_tokens: int = 0) -> CacheNeed:
     """Bytes vLLM's start-up check needs on this GPU for `sequences` requests of
-    max_model_len, counted through its block groups, plus the null block."""
+    max_model_len, counted through its block groups, plus the null block. `in_flight_tokens`:
+    the scheduled tokens sliding-window and chunked layers keep blocks for (memory.in_flight_tokens)."""
     caches = [c for c in caches if c.layers]
     if not caches:
         return CacheNeed(0, block_size or GPU_BLOCK_SIZE, 0, 0, 0)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from specdeploy.geometry import Geometry
 from specdeploy.vllm.methods import built_draft_tp, method_named
-from specdeploy.planning.kv_cache import (FULL, GPU_MAX_NUM_BATCHED_TOKENS, STATE, CacheNeed, LayerCache, cache_need,
-                                          default_block_size, model_layer_caches, promote_local_to_full)
+from specdeploy.planning.kv_cache import (FULL, STATE, CacheNeed, LayerCache, cache_need, default_block_size,
+                                          model_layer_caches, promote_local_to_full)
 
 GIB = 1024**3
 _DTYPE_BYTES = {"float32": 2, "float": 2, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "float8_e4m3fn": 1}
@@ -118,25 +118,27 @@ def state_bytes_per_sequence(caches: list[LayerCache]) -> int:
     return sum(c.state_bytes * c.layers for c in caches if c.kind == STATE)
 
 
-def in_flight_tokens(pp: int = 1) -> int:
+def in_flight_tokens(max_num_batched_tokens: int, pp: int = 1) -> int:
     """Tokens scheduled but not yet freed on a GPU (config/vllm.py `max_in_flight_tokens`:
     `max_concurrent_batches` x max_num_batched_tokens), which sliding-window and chunked layers
     keep blocks for. Async scheduling is on by default and keeps pp + 1 batches in flight (Model
     Runner V2): for every method from 0.33; 0.32 turns it off for the methods without a draft
     model (ngram, suffix, Medusa, MLP speculator: one batch), where this counts one batch more
-    than needed. The CPU platform turns it off (platforms/cpu.py): a CPU run of vLLM counts half."""
-    return (pp + 1) * GPU_MAX_NUM_BATCHED_TOKENS
+    than needed. The CPU platform turns it off (platforms/cpu.py): a CPU run of vLLM counts half.
+    max_num_batched_tokens is the release's default for the GPU or the user's (planning/batch.py)."""
+    return (pp + 1) * max_num_batched_tokens
 
 
-def kv_cache_need(caches: list[LayerCache], max_model_len: int, sequences: int, k: int,
-                  pp: int = 1, release_block_size: int | None = None) -> CacheNeed:
+def kv_cache_need(caches: list[LayerCache], max_model_len: int, sequences: int, k: int, *,
+                  max_num_batched_tokens: int, pp: int = 1, release_block_size: int | None = None) -> CacheNeed:
     """The GPU start-up check's figure: prefix caching is on by default for generation
     models (engine/arg_utils.py), which puts hybrid models in Mamba `align` mode. Blocks are
     the judging release's CacheConfig.DEFAULT_BLOCK_SIZE (VllmFacts.default_block_size), or
     the MLA backends'."""
     block_size = default_block_size(caches, release_block_size) if release_block_size else None
     return cache_need(caches, max_model_len=max_model_len, sequences=sequences, num_speculative_tokens=k,
-                      block_size=block_size, mamba_align_mode=True, in_flight_tokens=in_flight_tokens(pp))
+                      block_size=block_size, mamba_align_mode=True,
+                      in_flight_tokens=in_flight_tokens(max_num_batched_tokens, pp))
 
 
 def activation_reserve_gib(gpu_memory_gib: float) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from specdeploy.findings import Finding, Stage, error
+from specdeploy.findings import Finding, Stage, cut, did_you_mean, error, near_misses
 from specdeploy.planning.gpus import MEMORY_MIB_LABELS, PRODUCT_LABELS, RESOURCE_NAMES, GpuProduct
 from specdeploy.planning.plan import MemoryEstimate, Placement
 from specdeploy.vllm.versions import DEFAULT_VERSION, image_accelerator
@@ -52,6 +52,10 @@ def plan_placement(product: GpuProduct | None, resource: str, memory: MemoryEsti
 
 # The software stack each vendor's GPUs run, as image_accelerator names it.
 VENDOR_ACCELERATORS = {"nvidia": "cuda", "amd": "rocm"}
+IMAGE_ACCELERATOR_MISMATCH = "image-accelerator-mismatch"
+GPU_RESOURCE_MISSPELLED = "gpu-resource-misspelled"
+GPU_RESOURCE_VENDOR_MISMATCH = "gpu-resource-vendor-mismatch"
+RESOURCE_FIELD = "spec.resources.gpu.resourceName"
 
 
 def accelerator_findings(image: str, vendor: str | None) -> list[Finding]:
@@ -61,9 +65,28 @@ def accelerator_findings(image: str, vendor: str | None) -> list[Finding]:
     if vendor is None or built_for is None or VENDOR_ACCELERATORS[vendor] == built_for:
         return []
     wanted = VENDOR_ACCELERATORS[vendor]
-    return [error("image-accelerator-mismatch", "spec.image",
-                  f"{image} is a {built_for.upper()} build of vLLM, and resources.gpu is {vendor.upper()}'s: "
-                  f"use a {wanted.upper()} build (e.g. {example_image(wanted)})", Stage.PLAN)]
+    return [error(IMAGE_ACCELERATOR_MISMATCH, "spec.image",
+                  f"{cut(image, 80)} is a {built_for.upper()} build of vLLM, and resources.gpu is {vendor.upper()}'s: "
+                  f"use a {wanted.upper()} build (e.g. {example_image(wanted)})", Stage.SPEC)]
+
+
+def resource_findings(explicit: str | None, product: GpuProduct | None) -> list[Finding]:
+    """`resources.gpu.resourceName` against the device plugins: a near miss of a vendor's name
+    (nvidia.com/gpus) is a resource no node has, so every pod stays Pending; another vendor's
+    resource than the product's asks for GPUs the plan was not made for."""
+    if not explicit:
+        return []
+    meant = near_misses(explicit, RESOURCE_NAMES.values())
+    if meant:
+        return [error(GPU_RESOURCE_MISSPELLED, RESOURCE_FIELD, f"{cut(explicit, 80)!r} is no GPU device plugin's resource "
+                      f"(the pods would stay Pending): {did_you_mean(meant)}", Stage.SPEC)]
+    vendor = vendor_of(explicit, None) or next((v for v, name in RESOURCE_NAMES.items()
+                                                if explicit.startswith(name.split("/")[0] + "/")), None)
+    if product is None or vendor is None or vendor == product.vendor:
+        return []
+    return [error(GPU_RESOURCE_VENDOR_MISMATCH, RESOURCE_FIELD,
+                  f"{explicit} is {vendor.upper()}'s device plugin resource, but {product.key} is {product.vendor.upper()}'s: "
+                  f"use {RESOURCE_NAMES[product.vendor]}, or leave resourceName unset", Stage.SPEC)]
 
 
 def example_image(accelerator: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdeploy.planning.batch import BatchLimits
 from specdeploy.planning.compute import LayoutCompute
 from specdeploy.planning.kv_cache import LayerCache
 
@@ -51,6 +52,10 @@ class MemoryEstimate:
     # The judging release's memory defaults the estimate assumed (VllmFacts.memory_assumptions):
     # its default block size and gpu_memory_utilization, and how it sizes the KV cache.
     release_defaults: dict[str, Any] = field(default_factory=dict)
+    # The scheduler batch the need assumed (planning/batch.py): the release's default for this
+    # GPU or the user's --max-num-batched-tokens, and the tokens in flight it gives.
+    batch: BatchLimits | None = None
+    in_flight_tokens: int = 0
 
     @property
     def kv_cache_gib(self) -> float:
@@ -80,6 +85,7 @@ class MemoryEstimate:
             "layers": [layer.to_dict() for layer in self.layers],
             "weightsSource": self.weights_source,
             "releaseDefaults": self.release_defaults,
+            **({"batch": {**self.batch.to_dict(), "inFlightTokens": self.in_flight_tokens}} if self.batch else {}),
             "fits": self.fits,
         }
 

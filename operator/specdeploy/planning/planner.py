@@ -4,11 +4,12 @@ node where possible, every rejected candidate recorded with its reason."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable
 
 from specdeploy.api.spec import PP_FIELD, SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, Severity, Stage, error, has_errors, info
+from specdeploy.findings import Finding, Severity, Stage, clipped, cut, error, has_errors, info, some_of
 from specdeploy.geometry import Geometry, ModelInputs, Models
 from specdeploy.planning.gpus import GpuProduct, UnknownGpuError, lookup_gpu, resource_name
 from specdeploy.planning.cache_volume import check_model_cache
@@ -18,12 +19,14 @@ from specdeploy.planning.memory import (
     attention_bytes_per_token,
     estimate_draft_weight_bytes,
     estimate_weight_bytes,
+    in_flight_tokens,
     kv_cache_need,
     layer_caches,
     state_bytes_per_sequence,
 )
-from specdeploy.planning.compute import layout_compute, max_num_seqs
-from specdeploy.planning.placement import accelerator_findings, plan_placement, vendor_of
+from specdeploy.planning.batch import BatchLimits, batch_limits
+from specdeploy.planning.compute import layout_compute
+from specdeploy.planning.placement import accelerator_findings, plan_placement, resource_findings, vendor_of
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import built_draft_tp
@@ -66,12 +69,15 @@ def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, lis
         return None, [error("gpu-unknown", "spec.resources.gpu.product", str(exc), Stage.PLAN)]
 
 
-def image_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
-    """The image against the GPU it will run on (a CUDA build on AMD's, a ROCm build on NVIDIA's)."""
+def device_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
+    """The resource name and the image against the GPU they will run on (nvidia.com/gpus, a
+    CUDA build on AMD's): each fails only at deploy time, so they are judged whatever the models."""
     product, unknown = gpu_product(spec)
     if unknown:
         return []  # the product's own finding says it
-    return accelerator_findings(spec.image, vendor_of(resource_name(spec.resources.gpu.resource_name, product), product))
+    explicit = spec.resources.gpu.resource_name
+    return resource_findings(explicit, product) or \
+        accelerator_findings(spec.image, vendor_of(resource_name(explicit, product), product))
 
 
 def _gpu_memory_gib(spec: SpeculativeDeploymentSpec, product: GpuProduct | None,
@@ -118,11 +124,13 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
     )
 
 
-def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
-            tp: int, draft_tp: int | None, pp: int, max_model_len: int, k: int, facts: VllmFacts) -> MemoryEstimate:
+def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float, tp: int, draft_tp: int | None,
+            pp: int, max_model_len: int, k: int, facts: VllmFacts, batch: BatchLimits) -> MemoryEstimate:
     method = spec.draft.method
     caches = layer_caches(method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
-    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k, pp, facts.default_block_size)
+    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k,
+                         max_num_batched_tokens=batch.max_num_batched_tokens, pp=pp,
+                         release_block_size=facts.default_block_size)
     return MemoryEstimate(
         gpu_memory_gib=gpu_gib,
         budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
@@ -136,6 +144,8 @@ def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float,
         layers=tuple(caches),
         weights_source=models.weights_source,
         release_defaults=facts.memory_assumptions(),
+        batch=batch,
+        in_flight_tokens=in_flight_tokens(batch.max_num_batched_tokens, pp),
     )
 
 
@@ -203,8 +213,8 @@ class _Layout:
 
 
 def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: int, gpu_gib: float | None,
-                max_model_len: int, rules: LayoutRules, k: int = 0,
-                facts: VllmFacts | None = None) -> tuple[Candidate, _Layout | None, list[Finding]]:
+                max_model_len: int, rules: LayoutRules, k: int = 0, facts: VllmFacts | None = None,
+                batch: BatchLimits | None = None) -> tuple[Candidate, _Layout | None, list[Finding]]:
     """Judge one (tp, pp): the candidate record, the layout if it is usable, and the
     findings that rule it out (reported when no candidate is left)."""
     per_node = spec.resources.gpu.per_node
@@ -217,7 +227,7 @@ def _try_layout(spec: SpeculativeDeploymentSpec, models: _Sized, tp: int, pp: in
     if has_errors(findings):
         reason = "; ".join(f.message for f in findings if f.severity is Severity.ERROR)
         return Candidate(tp, pp, False, reason), None, findings
-    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len, k, facts) if gpu_gib and facts else None
+    memory = _memory(spec, models, gpu_gib, tp, draft_tp, pp, max_model_len, k, facts, batch) if gpu_gib and facts and batch else None
     if memory is not None and not memory.fits:
         blocking = error("memory-does-not-fit", "spec.resources.gpu",
                          f"TP {tp} x PP {pp} needs {memory.required_gib:.1f} GiB per GPU (weights {memory.target_weights_gib + memory.draft_weights_gib:.1f}, KV cache {memory.kv_cache_gib:.1f}, reserve {memory.activation_reserve_gib:.1f}) but gpuMemoryUtilization x GPU memory is {memory.budget_gib:.1f} GiB; use more GPUs, a larger GPU, a shorter maxModelLen or fewer minConcurrentSequences",
@@ -264,9 +274,22 @@ def _no_layout(spec: SpeculativeDeploymentSpec, target: Geometry, candidates: li
                       f"{MAX_NODES_PER_REPLICA} nodes); give both sizes to go beyond that", Stage.PLAN)]
     if len(candidates) > 1:
         return [error("no-layout", "spec.parallelism",
-                      f"none of {len(candidates)} layouts is valid and fits: " + "; ".join(f"TP {c.tensor_parallel_size} x PP {c.pipeline_parallel_size}: {c.reason}" for c in candidates[:6]),
-                      Stage.PLAN)]
+                      clipped(f"none of {len(candidates)} layouts (TP x PP) is valid and fits: ", _reasons_lost(candidates)), Stage.PLAN)]
     return []
+
+
+def _reasons_lost(candidates: list[Candidate]) -> list[str]:
+    """Layouts that lost for the same first reason (numbers aside) together, in the first one's words
+    (the first layout's findings follow in full): 16 PPs of one refused TP are one line, not 16."""
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(re.sub(r"\d+(\.\d+)?", "#", c.reason.split("; ")[0]), []).append(c)
+    out = []
+    for group in groups.values():
+        layouts = some_of([f"{c.tensor_parallel_size}x{c.pipeline_parallel_size}" for c in group], 3)
+        clauses = group[0].reason.split("; ")
+        out.append(f"{layouts}: {cut(clauses[0], 100)}" + (f" (+{len(clauses) - 1} more)" if len(clauses) > 1 else ""))
+    return out
 
 def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_in: ModelInputs,
                 draft_in: ModelInputs | None, facts: VllmFacts, rules: LayoutRules) -> tuple[Plan | None, list[Finding]]:
@@ -281,13 +304,14 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
     if has_errors(findings):
         return None, findings
     max_model_len = spec.serving.max_model_len or target.derived_max_model_len
+    batch = batch_limits(spec.vllm.extra_args, facts, gpu_gib, product, max_model_len)
     candidates: list[Candidate] = []
     chosen: _Layout | None = None
     # When every layout fails, the preferred one's reasons stand for the rest (the user's TP at PP 1
     # before the PP the search adds to it).
     blocking: list[Finding] | None = None
     for tp, pp in _candidate_layouts(spec, target):
-        candidate, layout, refused = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, rules, k, facts)
+        candidate, layout, refused = _try_layout(spec, sized, tp, pp, gpu_gib, max_model_len, rules, k, facts, batch)
         candidates.append(candidate)
         blocking = refused if blocking is None else blocking
         if layout is not None:
@@ -315,7 +339,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
         decisions=_decisions(spec, sized, chosen),
         compute=layout_compute(spec.draft.speculative_method, target, draft, (target_bytes, draft_bytes), chosen.tp,
                                built_draft_tp(spec.draft.speculative_method, chosen.tp, chosen.draft_tp),
-                               spec.serving.kv_cache_dtype, product, max_num_seqs(spec.vllm.extra_args, product, gpu_gib)),
+                               spec.serving.kv_cache_dtype, product, batch.max_num_seqs),
         placement=plan_placement(product, gpu_resource, chosen.memory),
     )
     cache = check_model_cache(spec, target_bytes + draft_bytes, "estimated" in source)

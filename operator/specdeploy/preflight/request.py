@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.planning.gpus import lookup_gpu
 from specdeploy.planning.plan import Plan
 from specdeploy.render.pod import NodeRole, vllm_args
 from specdeploy.render.speculative_config import speculative_config
@@ -33,7 +34,7 @@ class JudgeRequest:
     args: tuple[str, ...]
     models: Mapping[str, str]
     configs: Mapping[str, Mapping[str, Any]]
-    gpu: Mapping[str, int] | None
+    gpu: Mapping[str, Any] | None
 
     def to_json(self, model_dirs: Mapping[str, str]) -> dict[str, Any]:
         """REQUEST.json, with each role's config.json at `model_dirs[role]`."""
@@ -64,4 +65,6 @@ def judge_request(spec: SpeculativeDeploymentSpec, plan: Plan, target_config: Ma
     gpu = None
     if plan.memory is not None:
         gpu = {"memoryBytes": int(plan.memory.gpu_memory_gib * 1024**3), "count": plan.gpus_per_replica}
+        if spec.resources.gpu.product:  # vLLM keeps an A100 on its small batch tier by name (planning/batch.py)
+            gpu["deviceName"] = lookup_gpu(spec.resources.gpu.product).key
     return JudgeRequest(spec.image, tuple(vllm_args(spec, plan, role)), models, configs, gpu)

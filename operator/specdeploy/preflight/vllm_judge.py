@@ -7,7 +7,7 @@ specdeploy is imported, so the file can be copied into any image):
 
 REQUEST.json: {"args": [the vLLM server argv after the entrypoint], "models": {"<model name
 as the args name it>": "<local dir holding its config.json>"}, "gpu": {"memoryBytes": int,
-"count": int} or null}. It prints one JSON line, also written to PATH (the pod's
+"count": int, "deviceName": str (optional)} or null}. It prints one JSON line, also written to PATH (the pod's
 termination log, kept under Kubernetes' 4096 bytes):
 {"ok", "stage": "args"|"config"|"load"|"memory"|null, "error", "vllmVersion", "memory"}.
 Exit 0: vLLM accepts; 1: vLLM refused at `stage`; 2: the judge could not run.
@@ -313,10 +313,11 @@ def _shim_cuda_kv_cache_sizing() -> Iterator[None]:
 
 
 @contextmanager
-def _shim_gpu_batch_defaults(gpu_memory_bytes: int) -> Iterator[None]:
-    """`EngineArgs.get_batch_defaults` as on a GPU of this memory (engine/arg_utils.py picks
-    max_num_batched_tokens and max_num_seqs by device memory; the CPU platform's own are
-    2048 x world size). The device name is unknown here: an A100 80GB is judged as an H100."""
+def _shim_gpu_batch_defaults(gpu_memory_bytes: int, device_name: str = "gpu") -> Iterator[None]:
+    """`EngineArgs.get_batch_defaults` as on a GPU of this memory and name (engine/arg_utils.py
+    picks max_num_batched_tokens and max_num_seqs by device memory, and keeps any device named
+    "a100" on the small tier; the CPU platform's own are 2048 x world size). Without a name, an
+    A100 80GB is judged as an H100."""
     from vllm.engine.arg_utils import EngineArgs
     from vllm.platforms import current_platform
 
@@ -326,7 +327,7 @@ def _shim_gpu_batch_defaults(gpu_memory_bytes: int) -> Iterator[None]:
     def as_gpu(cls, world_size):
         with mock.patch.object(platform, "is_cpu", lambda self=None: False), \
                 mock.patch.object(platform, "get_device_total_memory", lambda *a, **k: gpu_memory_bytes), \
-                mock.patch.object(platform, "get_device_name", lambda *a, **k: "gpu"):
+                mock.patch.object(platform, "get_device_name", lambda *a, **k: device_name):
             return original(cls, world_size)
 
     with mock.patch.object(EngineArgs, "get_batch_defaults", classmethod(as_gpu)):
@@ -358,7 +359,7 @@ def _shim_gpu_fp8_kernels() -> Iterator[None]:
 class Request:
     args: list[str]
     models: dict[str, str]
-    gpu: dict[str, int] | None = None
+    gpu: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Any, base: Path | None = None) -> "Request":
@@ -372,8 +373,9 @@ class Request:
         if not isinstance(models, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in models.items()):
             raise JudgeError("request.models: an object of model name -> local directory is required")
         if gpu is not None and not (isinstance(gpu, dict) and isinstance(gpu.get("memoryBytes"), int)
-                                    and isinstance(gpu.get("count", 1), int) and gpu["memoryBytes"] > 0):
-            raise JudgeError("request.gpu: null or {'memoryBytes': int > 0, 'count': int}")
+                                    and isinstance(gpu.get("count", 1), int) and gpu["memoryBytes"] > 0
+                                    and isinstance(gpu.get("deviceName", ""), str)):
+            raise JudgeError("request.gpu: null or {'memoryBytes': int > 0, 'count': int, 'deviceName': str}")
         models = {name: str((base or Path()) / directory) for name, directory in models.items()}
         for name, directory in models.items():
             if not (Path(directory) / "config.json").is_file():
@@ -505,7 +507,8 @@ class Judge:
                 stack.enter_context(_stand_ins(self._config_stand_in))
                 stack.enter_context(mock.patch("vllm.model_executor.models.registry._run_in_subprocess",
                                                lambda fn: fn()))
-                stack.enter_context(_shim_gpu_batch_defaults((request.gpu or {}).get("memoryBytes", 0)))
+                gpu = request.gpu or {}
+                stack.enter_context(_shim_gpu_batch_defaults(gpu.get("memoryBytes", 0), gpu.get("deviceName") or "gpu"))
                 stack.enter_context(_shim_gpu_platform_config())
                 stack.enter_context(_shim_cuda_kv_cache_sizing())
                 return engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)

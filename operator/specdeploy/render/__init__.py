@@ -6,7 +6,6 @@ controller can tell "already as desired" from the live object alone (also after 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from typing import Any
@@ -44,13 +43,17 @@ __all__ = [
 
 
 def plan_hash(manifest: dict[str, Any]) -> str:
-    """sha256 of the manifest's canonical JSON, ignoring the hash annotation itself."""
-    body = copy.deepcopy(manifest)
-    metadata = body.get("metadata", {})
-    annotations = metadata.get("annotations", {})
-    annotations.pop(PLAN_HASH_ANNOTATION, None)
-    if not annotations:
-        metadata.pop("annotations", None)
+    """sha256 of the manifest's canonical JSON, ignoring the hash annotation itself. Only the
+    two dicts on the annotation's path are copied: a deep copy of every child was 9 % of the
+    controller thread."""
+    body = dict(manifest)
+    if "metadata" in body:
+        metadata = body["metadata"] = dict(body["metadata"])
+        annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k != PLAN_HASH_ANNOTATION}
+        if annotations:
+            metadata["annotations"] = annotations
+        else:
+            metadata.pop("annotations", None)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, TypeVar
 
+from specdeploy.findings import cut
 from specdeploy.sources.errors import SourceInvalid, SourceUnavailable
 from specdeploy.sources.local import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, parse_config_text, weight_bytes_from_index
 
@@ -58,7 +59,7 @@ def _mapped(repo_id: str, filename: str, revision: str | None, field: str, read:
         raise SourceInvalid(field, f"{repo_id[:120]!r} is neither a path nor a Hub repo id ('name' or 'org/name': letters, digits, "
                                    "'-', '_' and '.', at most 96 characters, not starting or ending with '-' or '.')") from exc
     except LocalEntryNotFoundError as exc:  # subclass of EntryNotFoundError: test it first
-        raise SourceUnavailable(field, f"the Hub is unreachable for {repo_id} and nothing is cached: {exc}") from exc
+        raise SourceUnavailable(field, f"the Hub is unreachable for {repo_id} and nothing is cached ({type(exc).__name__})") from exc
     except EntryNotFoundError:
         return None
     except GatedRepoError as exc:  # subclass of RepositoryNotFoundError
@@ -69,9 +70,9 @@ def _mapped(repo_id: str, filename: str, revision: str | None, field: str, read:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if status is not None and 400 <= status < 500 and status not in (408, 429):
             raise SourceInvalid(field, f"the Hub refused {repo_id}/{filename}: HTTP {status}") from exc
-        raise SourceUnavailable(field, f"the Hub failed for {repo_id}/{filename}: {exc}") from exc
+        raise SourceUnavailable(field, f"the Hub failed for {repo_id}/{filename}: {cut(str(exc), 150)}") from exc
     except (OSError, httpx2.HTTPError) as exc:  # connection errors and timeouts
-        raise SourceUnavailable(field, f"the Hub is unreachable for {repo_id}: {type(exc).__name__}: {exc}") from exc
+        raise SourceUnavailable(field, f"the Hub is unreachable for {repo_id}: {type(exc).__name__}: {cut(str(exc), 150)}") from exc
 
 
 def _limit(filename: str) -> int:

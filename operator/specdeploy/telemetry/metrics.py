@@ -8,10 +8,9 @@ The names are vLLM's (`specdeploy.vllm.spec_decode_metrics`); each is exposed wi
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from specdeploy.api.spec import MAX_NUM_SPECULATIVE_TOKENS
 from specdeploy.vllm.spec_decode_metrics import ACCEPTED_PER_POSITION, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, POSITION_LABEL
@@ -102,37 +101,67 @@ class Counters:
         )
 
 
-def parse_counters(text: str) -> Counters:
-    """The spec-decode counters of one /metrics text, summed over engines.
+# What is read of a page, and nothing else: one pass finds these samples' lines (a page is
+# ~600 lines, ~20 of them these) and parses only them; the rest is never split or parsed.
+_READ = (ACCEPTED_PER_POSITION + "_total", *sorted(_TOTALS), *sorted(_LENGTHS), RUNNING, PROCESS_START)
+_LINE = re.compile(r"^(" + "|".join(re.escape(name) for name in _READ) + r")(?=[{ \t\r\n]|$)([^\n]*)", re.M)
+# A label set as the exposition format writes it, without backtracking (each alternative starts
+# with a different character): a hostile line costs its length, once.
+_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
+_LABELS = re.compile(r"\{(?:" + _PAIR + r"(?:," + _PAIR + r")*,?)?\}")
+_ONE_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\.)*)"')
+_SAMPLE_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*[{ \t]")
+_FIRST_SAMPLE = re.compile(r"^[ \t]*([^#\s][^\n]*)", re.M)
 
-    Raises MetricsError when the text does not parse, a counter is not finite and >= 0 (NaN
-    or Inf would poison every rate of the window), or speculative decoding is off (vLLM
-    registers these counters only when a speculative config is set)."""
+
+def _scan(text: str) -> dict[str, list[tuple[str, float]]]:
+    """The samples read (`_READ`), by name: (label set, value) each, in one pass over the text.
+    A line of one of them that does not parse refuses the page; other lines are not read."""
+    found: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for match in _LINE.finditer(text):
+        name, rest = match.group(1), match.group(2)
+        labels = _LABELS.match(rest)
+        end = labels.end() if labels else 0
+        fields = rest[end:].split()
+        try:
+            if (labels is None and rest[:1] == "{") or rest[end:end + 1] not in (" ", "\t") or len(fields) not in (1, 2):
+                raise ValueError(name)
+            value = float(fields[0])
+            if len(fields) == 2:
+                float(fields[1])  # a timestamp: read, not used
+        except ValueError:
+            raise MetricsError(f"not a Prometheus metrics text: a {name} line does not parse") from None
+        found[name].append((labels.group(0) if labels else "", value))
+    if not found.get(DRAFTS + "_total"):
+        first = _FIRST_SAMPLE.search(text)
+        if first is not None and not _SAMPLE_NAME.match(first.group(1)):
+            raise MetricsError("not a Prometheus metrics text: its first sample line is not a metric name and value")
+    return found
+
+
+def _position(labels: str) -> int:
+    """The draft position of a per-position sample; k is one of 1..64: no 10**9-long tuple."""
+    named = dict(_ONE_LABEL.findall(labels))
+    try:
+        position = int(named[POSITION_LABEL])
+    except (KeyError, ValueError):
+        raise MetricsError(f"{ACCEPTED_PER_POSITION}_total: no integer {POSITION_LABEL} label") from None
+    if not 0 <= position < MAX_NUM_SPECULATIVE_TOKENS:
+        raise MetricsError(f"{POSITION_LABEL}={position}: a draft position is from 0 to {MAX_NUM_SPECULATIVE_TOKENS - 1}")
+    return position
+
+
+def _counters(found: dict[str, list[tuple[str, float]]]) -> Counters:
     totals: dict[str, float] = defaultdict(float)
     per_position: dict[int, float] = defaultdict(float)
-    seen = False
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:  # by sample name: a text without # TYPE lines has no families
-                if sample.name != ACCEPTED_PER_POSITION + "_total" and sample.name not in _TOTALS and sample.name not in _LENGTHS:
-                    continue
-                _check_count(sample.name, sample.value)
-                if sample.name in _LENGTHS:
-                    totals[sample.name] += sample.value
-                    continue
-                if sample.name == ACCEPTED_PER_POSITION + "_total":
-                    position = int(sample.labels[POSITION_LABEL])
-                    if not 0 <= position < MAX_NUM_SPECULATIVE_TOKENS:  # k is one of 1..64: no 10**9-long tuple
-                        raise MetricsError(f"{POSITION_LABEL}={position}: a draft position is from 0 to {MAX_NUM_SPECULATIVE_TOKENS - 1}")
-                    per_position[position] += sample.value
-                else:
-                    totals[sample.name.removesuffix("_total")] += sample.value
-                seen = True
-    except MetricsError:
-        raise
-    except (ValueError, KeyError, TypeError) as exc:
-        raise MetricsError(f"not a Prometheus metrics text: {exc}") from exc
-    if not seen:
+    for name in (*_TOTALS, *_LENGTHS):
+        for _, value in found.get(name, ()):
+            _check_count(name, value)
+            totals[name.removesuffix("_total")] += value
+    for labels, value in found.get(ACCEPTED_PER_POSITION + "_total", ()):
+        _check_count(ACCEPTED_PER_POSITION + "_total", value)
+        per_position[_position(labels)] += value
+    if not found.get(DRAFTS + "_total"):
         raise MetricsError(f"no {DRAFTS}_total in the metrics: speculative decoding is not enabled on this server")
     k = max(per_position) + 1 if per_position else 0
     return Counters(
@@ -140,6 +169,15 @@ def parse_counters(text: str) -> Counters:
         tuple(per_position.get(i, 0.0) for i in range(k)),
         totals[PROMPT_TOKENS + "_count"], totals[PROMPT_TOKENS + "_sum"], totals[GENERATION_TOKENS + "_sum"],
     )
+
+
+def parse_counters(text: str) -> Counters:
+    """The spec-decode counters of one /metrics text, summed over engines.
+
+    Raises MetricsError when a line of theirs does not parse, a counter is not finite and >= 0
+    (NaN or Inf would poison every rate of the window), or speculative decoding is off (vLLM
+    registers these counters only when a speculative config is set)."""
+    return _counters(_scan(text))
 
 
 @dataclass(frozen=True)
@@ -154,13 +192,14 @@ class Sample:
 
 def parse_sample(text: str) -> Sample:
     """parse_counters plus the running-requests gauge (absent: no load reading) and the process
-    start time; a gauge that is not a finite count is refused like a counter."""
-    counters = parse_counters(text)  # the text parses: the second pass below cannot fail
-    samples = [s for family in text_string_to_metric_families(text) for s in family.samples if s.name in (RUNNING, PROCESS_START)]
-    for sample in samples:
-        _check_count(sample.name, sample.value)
-    running = [s.value for s in samples if s.name == RUNNING]
-    started = [s.value for s in samples if s.name == PROCESS_START]
+    start time, from the same one pass; a gauge that is not a finite count is refused like a counter."""
+    found = _scan(text)
+    counters = _counters(found)
+    for name in (RUNNING, PROCESS_START):
+        for _, value in found.get(name, ()):
+            _check_count(name, value)
+    running = [value for _, value in found.get(RUNNING, ())]
+    started = [value for _, value in found.get(PROCESS_START, ())]
     return Sample(counters, tuple(running), max(started) if started else None)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, Stage, at_stage, error
+from specdeploy.findings import MAX_MESSAGE, Finding, Stage, at_stage, cut, error
 from specdeploy.vllm import ServerFlag, VllmFacts
 
 # The flags `render.pod.vllm_args` writes (a test checks the two agree).
@@ -23,26 +23,12 @@ OWNED_FLAGS: frozenset[str] = frozenset({
     "--master-port", "--headless",
 })
 _NUMBER = re.compile(r"^-\d+(\.\d*)?$|^-\.\d+$")  # argparse reads these as values, not flags
+# A flag and its value in one element ('--max-num-seqs 256'): no shell splits an exec list.
+EXTRA_ARG_JOINED = "extra-arg-joined"
 
 
 def _field(index: int) -> str:
     return f"spec.vllm.extraArgs[{index}]"
-
-
-def _lookup(key: str, facts: VllmFacts) -> tuple[ServerFlag | None, str | None]:
-    """The flag `key` names (underscores as dashes, unique long-flag prefixes), or why none."""
-    flags = facts.server_flags
-    if key.startswith("--"):
-        key = "--" + key[2:].replace("_", "-")
-    if key in flags:
-        return flags[key], None
-    if key.startswith("--") and len(key) > 2:
-        matches = {flags[n].name for n in flags if n.startswith(key)}
-        if len(matches) == 1:
-            return flags[matches.pop()], None
-        if matches:
-            return None, f"is ambiguous in vLLM {facts.version}'s CLI (could be {', '.join(sorted(matches))})"
-    return None, f"is not a vLLM {facts.version} server flag (vllm serve --help lists them)"
 
 
 def check_extra_args(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> list[Finding]:
@@ -61,12 +47,15 @@ def _check_flag(args: list[str], i: int, facts: VllmFacts) -> tuple[int, list[Fi
     if not arg.startswith("-") or _NUMBER.match(arg) or arg == "-":
         return i, [error("extra-arg-unexpected-value", field,
                          f"{arg!r} is not a flag and follows no flag that takes a value; vLLM's only positional argument is the model, which the operator sets. Each extra arg is one element: a flag, or the value right after it")]
+    joined = _joined(arg, field, facts)
+    if joined:
+        return i, joined
     key, inline = (arg.split("=", 1) + [None])[:2] if "=" in arg else (arg, None)
     if re.match(r"^-O\d?$", key) and key != "-O":
         return i, []  # -O3: the optimization level, value attached
     dotted = "." in key
     base = key.split(".", 1)[0] if dotted else key
-    flag, problem = _lookup(base, facts)
+    flag, problem = facts.resolve_flag(base)
     if flag is None:
         return i, [error("extra-arg-unknown-flag", field, f"{arg!r}: {base} {problem}")]
     findings = []
@@ -87,6 +76,17 @@ def _check_flag(args: list[str], i: int, facts: VllmFacts) -> tuple[int, list[Fi
                            f"{arg!r}: {value!r} is not one of {flag.name}'s choices in vLLM {facts.version}: {', '.join(flag.choices)}")
                      for value in values if value not in flag.choices]
     return i, findings
+
+
+def _joined(arg: str, field: str, facts: VllmFacts) -> list[Finding]:
+    """A flag written with its value in one element: vLLM would read '--max-num-seqs 256' as one
+    unknown flag; say it is two items, not that the flag does not exist."""
+    parts = arg.split()
+    if len(parts) < 2 or "=" in parts[0] or facts.resolve_flag(parts[0])[0] is None:
+        return []
+    items = ", ".join(repr(p) for p in parts)
+    return [error(EXTRA_ARG_JOINED, field, cut(f"{cut(arg, 60)!r} is {len(parts)} args in one item (no shell splits "
+                                               f"the list): write {len(parts)} items, [{items}]", MAX_MESSAGE))]
 
 
 def _boolean_flag(args: list[str], i: int, arg: str, inline: str | None, flag: ServerFlag,

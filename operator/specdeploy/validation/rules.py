@@ -7,7 +7,7 @@ Two kinds: `check_pair` (independent of the parallel layout) and `check_layout`
 from __future__ import annotations
 
 from specdeploy.api.spec import DRAFT_TP_FIELD, PP_FIELD, TP_FIELD, SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, Stage, error, has_errors, info, warning
+from specdeploy.findings import Finding, Stage, error, has_errors, info, some_of, warning
 from specdeploy.geometry import Geometry, Models
 from specdeploy.validation.speculative_config import FIELD as PASSTHROUGH_FIELD
 from specdeploy.vllm import VllmFacts
@@ -30,10 +30,8 @@ METHOD_NEEDS_PREFLIGHT = "method-needs-preflight"
 
 
 def _accepted_by(facts: VllmFacts) -> str:
-    """The method names a release accepts, its methods first, then the aliases it rewrites."""
-    methods = [name for name in METHOD_TABLE if name in facts.speculative_methods]
-    others = sorted(facts.speculative_methods - set(methods))
-    return ", ".join(methods) + (f"; aliases: {', '.join(others)}" if others else "")
+    """A few of the methods a release accepts (the CRD's description lists them all)."""
+    return some_of([name for name in METHOD_TABLE if name in facts.speculative_methods], 8)
 
 
 def _check_method(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> list[Finding]:
@@ -46,9 +44,8 @@ def _check_method(spec: SpeculativeDeploymentSpec, facts: VllmFacts) -> list[Fin
     if (listed and name not in facts.speculative_methods) or (not listed and not facts.plugin_methods):
         plugins = "" if listed else " and lets no plugin register one"
         return [error("method-unsupported", "spec.draft.method",
-                      f"vLLM {facts.version} has no speculative method {name!r}{plugins} (the pod would exit at start-up); "
-                      f"it accepts {_accepted_by(facts)}. Choose one of them, or a vLLM release that has {name!r} "
-                      "(set spec.image or spec.vllmVersion)")]
+                      f"vLLM {facts.version} has no method {name!r}{plugins}: the pod would exit at start-up. "
+                      f"It has {_accepted_by(facts)}; another release may have it (spec.image)")]
     if not method.judged_only_in_image:
         return []
     if method.model_names_class:

@@ -7,13 +7,15 @@ with `VllmFacts.logic` switching the ones that differ between releases."""
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from specdeploy.api.errors import field_message
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, Stage, error
+from specdeploy.findings import Finding, Stage, did_you_mean, error, near_misses, some_of
 from specdeploy.geometry import Models
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import METHODS, Method, is_listed, method_named
@@ -42,8 +44,7 @@ def _type_finding(key: str, value: Any, rule: dict[str, Any]) -> Finding | None:
     try:
         _adapter(rule["type"], tuple(rule.get("choices", ())), bounds).validate_python(value)
     except ValidationError as exc:
-        reason = exc.errors()[0]["msg"]
-        return error("speculative-config-type", f"{FIELD}.{key}", f"{key}: {reason} (got {value!r})")
+        return error("speculative-config-type", f"{FIELD}.{key}", f"{key} {field_message(exc.errors(), {})}")
     return None
 
 
@@ -223,6 +224,13 @@ def _option_range_findings(method: Method, config: dict[str, Any]) -> list[Findi
     return findings
 
 
+def _allowed_keys(key: str, allowed: list[str]) -> str:
+    """The key it misspells, else a few of the many keys there are."""
+    snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()  # SpeculativeConfig's keys are snake_case
+    meant = near_misses(snake, allowed) or near_misses(key, allowed)
+    return did_you_mean(meant) if meant else f"it has {some_of(allowed, 5)}"
+
+
 def check_speculative_config(spec: SpeculativeDeploymentSpec, k: int | None, models: Models | None,
                              facts: VllmFacts) -> list[Finding]:
     """Every passed-through key against the judging release's SpeculativeConfig."""
@@ -236,7 +244,7 @@ def check_speculative_config(spec: SpeculativeDeploymentSpec, k: int | None, mod
                                   f"{key} is set by the operator from spec.draft (method, model, numSpeculativeTokens, tensorParallelSize, revision); remove it here"))
         elif rule is None or rule.get("internal"):
             findings.append(error("speculative-config-unknown-key", f"{FIELD}.{key}",
-                                  f"{key} is not a vLLM {facts.version} SpeculativeConfig field; allowed: {', '.join(allowed)}"))
+                                  f"{key} is not a vLLM {facts.version} SpeculativeConfig field; {_allowed_keys(key, allowed)}"))
         elif (finding := _type_finding(key, config[key], rule)) is not None:
             findings.append(finding)
     return findings + _cross_field_findings(spec, k, models, facts)

@@ -25,6 +25,16 @@ class ServerFlag:
     choices: tuple[str, ...] | None = None
 
 
+@dataclass(frozen=True)
+class BatchDefaults:
+    """`vllm serve`'s batch limits on one GPU (engine/arg_utils.py `get_batch_defaults`), and the
+    tier of the release's data that gave them, in words."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    tier: str
+
+
 class VllmFacts:
     """What one vLLM release accepts, read from its generated data file."""
 
@@ -45,6 +55,8 @@ class VllmFacts:
         self.logic: ReleaseLogic = RELEASE_LOGIC[self.version]
         # CacheConfig's defaults (config/cache.py): block size, gpu_memory_utilization.
         self.memory_defaults: dict[str, Any] = data["memory_defaults"]
+        # `vllm serve`'s batch limits by GPU memory and name (engine/arg_utils.py get_batch_defaults).
+        self._batch_tiers: list[dict[str, Any]] = data["batch_defaults"]["tiers"]
         # 0.34.0 on: the per-method SpeculatorConfig classes (v1/worker/gpu/spec_decode/); {} before.
         self._speculators: dict[str, Any] = data.get("speculators", {})
 
@@ -107,6 +119,26 @@ class VllmFacts:
                               if self.logic.extensible_kv_cache_on_gpu else "profiled: budget minus the profiled peak"),
         }
 
+    def batch_defaults(self, memory_gib: float, names: Iterable[str] = ()) -> BatchDefaults:
+        """The batch limits vLLM picks on a GPU of `memory_gib` whose driver name is one of `names`
+        (`get_batch_defaults` tests the lower-cased device name: any A100 keeps the small tier).
+        With no name known, memory alone decides: the larger limits, which never count fewer
+        tokens in flight than vLLM keeps."""
+        lowered = [n.lower() for n in names]
+        passed_over: list[str] = []
+        upper: int | None = None
+        for tier in self._batch_tiers:
+            low = tier["min_memory_gib"]
+            if memory_gib >= low:
+                named = [s for s in tier["unless_name_contains"] if any(s in n for n in lowered)]
+                if not named:
+                    words = f"{low}-{upper} GiB" if low and upper else f">= {low} GiB" if low else f"< {upper} GiB"
+                    return BatchDefaults(tier["max_num_batched_tokens"], tier["max_num_seqs"],
+                                         "; ".join([words] + passed_over))
+                passed_over.append(f"{named[0]!r} in its name keeps it out of >= {low} GiB")
+            upper = low
+        raise ValueError(f"vLLM {self.version}'s batch tiers cover no GPU of {memory_gib} GiB")
+
     # -- speculators (0.34.0: v1/worker/gpu/spec_decode/speculator_config.py) -------------------
     @property
     def plugin_methods(self) -> bool:
@@ -155,6 +187,22 @@ class VllmFacts:
             for spelling in flag.names:
                 out[spelling] = flag
         return out
+
+    def resolve_flag(self, key: str) -> tuple[ServerFlag | None, str | None]:
+        """The flag `key` names as FlexibleArgumentParser reads it (vllm/utils/argparse_utils.py:
+        underscores as dashes, unique long-flag prefixes), or why none."""
+        flags = self.server_flags
+        if key.startswith("--"):
+            key = "--" + key[2:].replace("_", "-")
+        if key in flags:
+            return flags[key], None
+        if key.startswith("--") and len(key) > 2:
+            matches = {flags[n].name for n in flags if n.startswith(key)}
+            if len(matches) == 1:
+                return flags[matches.pop()], None
+            if matches:
+                return None, f"is ambiguous in vLLM {self.version}'s CLI (could be {', '.join(sorted(matches))})"
+        return None, f"is not a vLLM {self.version} server flag (vllm serve --help lists them)"
 
     def option_default(self, key: str) -> Any:
         """SpeculativeConfig's default for an option (None when it has none or no such field)."""

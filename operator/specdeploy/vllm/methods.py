@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
+from specdeploy.findings import near_misses
 from specdeploy.vllm.facts import VllmFacts
 from specdeploy.vllm.versions import SUPPORTED_VERSIONS, rule_set
 
@@ -185,6 +186,12 @@ def accepted_names() -> tuple[str, ...]:
 def is_listed(name: str) -> bool:
     """The table knows this name, as a method or an alias."""
     return name in METHODS or name in aliases()
+
+
+def misspelled(name: str) -> list[str]:
+    """The listed names `name` is a typo of (within two edits, case ignored): a name a plugin
+    registers must be its own, not one letter off a built-in method."""
+    return near_misses(name, accepted_names())
 
 
 @lru_cache(maxsize=64)

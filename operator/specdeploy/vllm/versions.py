@@ -18,6 +18,24 @@ NEWEST_VERSION = SUPPORTED_VERSIONS[-1]
 DEFAULT_VERSION = NEWEST_VERSION
 DEFAULT_IMAGE = f"vllm/vllm-openai:v{DEFAULT_VERSION}"
 
+# The finding that says the rule set judging a spec is a guess: no supported release is the
+# image's (a custom tag, a nightly, a digest, a fork, a release we have no rules for).
+VERSION_UNKNOWN = "vllm-version-unknown"
+
+# Refusals of a name a release does not know, or of a combination it forbids: a SpeculativeConfig
+# key, an option for a method, two options together, a server flag or one of its choices. These
+# rules come and go from release to release, and nothing the planner computes reads them, so a
+# plan for an image of unknown release may set them aside (pipeline.plan_for_image); a refusal of
+# the models themselves may not (the planner computes from their geometry). In each release's
+# vllm/config/speculative.py: 0.32.0 declares disable_padded_drafter_batch (line 447),
+# use_heterogeneous_vocab (463; _verify_args at 1854: draft_model and greedy drafting only) and
+# parallel_drafting (478), with no method check for the last; 0.33.0 the same (468, 496, 511);
+# 0.34.0 drops the first two (its @config dataclass forbids extra fields: config/utils.py
+# `ConfigDict(extra="forbid")`) and takes parallel_drafting only with dflash/dspark
+# (_verify_args at 1688).
+RELEASE_REFUSALS = frozenset({"speculative-config-unknown-key", "speculative-config-method", "speculative-config-combination",
+                              "extra-arg-unknown-flag", "extra-arg-invalid-choice"})
+
 # A release tag: 0.33.0, v0.33.0, v0.33.0-cu130, 0.33.0+cpu (a variant of the same release).
 _RELEASE_TAG = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+_].*)?$")
 
@@ -85,7 +103,7 @@ def judging_version(vllm_version: str | None, image: str) -> tuple[VllmFacts, li
         chosen = NEWEST_VERSION
     what = f"vLLM {asked}" if release is not None else f"{asked!r} (not a release tag)"
     return rule_set(chosen), [warning(
-        "vllm-version-unknown", field,
+        VERSION_UNKNOWN, field,
         f"{what} has no rule set here (supported: {', '.join(SUPPORTED_VERSIONS)}); judged by vLLM {chosen}'s "
         "rules, which may differ from what the pod runs: pin a supported release or set spec.vllmVersion",
         Stage.SPEC)]
