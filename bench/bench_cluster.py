@@ -14,13 +14,17 @@ The preflight runs per CR as the chart defaults: its Job, its pod scheduled onto
 the node agent's verdict. With the default image (no stand-in here) the agent reports the image
 as unpullable, as a kubelet would, and BestEffort proceeds on the fast rules; `--image
 vllm/vllm-openai:v0.32.0` runs the real judge in each pod instead (minutes per CR on 2 cores).
+`--preflight-mode Required` holds every CR on its pending Job instead (the pod stays in
+ErrImagePull): the run settles when each CR says PreflightHeld, and the idle window measures
+what CRs waiting on their Jobs cost.
 
-Usage: python bench/bench_cluster.py [--crs 1000] [--h100-nodes 200] [--idle-s 300]
+Usage: python bench/bench_cluster.py [--crs 1000] [--h100-nodes 200] [--idle-s 300] [--preflight-mode Required]
 Prints one JSON line; bench/RESULTS.md records runs on the project's 2-core machine."""
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import signal
 import statistics
@@ -29,7 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "operator")]
@@ -61,13 +65,28 @@ def audit(plane: ControlPlane, since: float, until_s: float | None = None) -> li
     return events
 
 
+def _resource(event: dict[str, Any]) -> str:
+    ref = event.get("objectRef") or {}
+    return str(ref.get("resource", "")) + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+
+
 def _epoch(stamp: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def watch_ready(api: client.ApiClient, ready_at: dict[str, float], stop: threading.Event) -> None:
+def ready(conditions: list[dict[str, Any]]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def held(conditions: list[dict[str, Any]]) -> bool:
+    """Held by its preflight Job, which cannot run yet (Required: PreflightHeld)."""
+    return any(c["type"] == "Progressing" and c.get("reason") == "PreflightHeld" for c in conditions)
+
+
+def watch_ready(api: client.ApiClient, ready_at: dict[str, float], stop: threading.Event,
+                settled: Callable[[list[dict[str, Any]]], bool] = ready) -> None:
     custom = client.CustomObjectsApi(api)
     while not stop.is_set():
         for event in watch.Watch().stream(custom.list_namespaced_custom_object, "specdeploy.io", "v1alpha1", WORKLOAD_NS,
@@ -75,7 +94,7 @@ def watch_ready(api: client.ApiClient, ready_at: dict[str, float], stop: threadi
             body = event["object"]
             name = body["metadata"]["name"]
             conditions = (body.get("status") or {}).get("conditions") or []
-            if name not in ready_at and any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+            if name not in ready_at and settled(conditions):
                 ready_at[name] = time.monotonic()
 
 
@@ -84,16 +103,18 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-def apply_all(made: Any, count: int, image: str | None) -> tuple[dict[str, float], dict[str, float], float]:
+def apply_all(made: Any, count: int, image: str | None, mode: str | None) -> tuple[dict[str, float], dict[str, float], float]:
     custom = client.CustomObjectsApi(made.api)
     created, ready_at, stop = {}, {}, threading.Event()
-    threading.Thread(target=watch_ready, args=(made.api, ready_at, stop), daemon=True).start()
+    settled = held if mode == "Required" else ready
+    threading.Thread(target=watch_ready, args=(made.api, ready_at, stop, settled), daemon=True).start()
     started = time.time()
+    spec = {**({"image": image} if image else {}), **({"preflight": {"mode": mode}} if mode else {})}
     for index in range(count):
-        doc = llama(f"sd-{index:04d}", **({"image": image} if image else {}))
+        doc = llama(f"sd-{index:04d}", **spec)
         custom.create_namespaced_custom_object("specdeploy.io", "v1alpha1", WORKLOAD_NS, "speculativedeployments", doc)
         created[doc["metadata"]["name"]] = time.monotonic()
-    until(lambda: len(ready_at) >= count, f"{count} CRs Ready", guard_s=3600)
+    until(lambda: len(ready_at) >= count, f"{count} CRs settled", guard_s=3600)
     stop.set()
     return created, ready_at, started
 
@@ -119,14 +140,17 @@ def main() -> None:
     parser.add_argument("--h100-nodes", type=int, default=200)
     parser.add_argument("--idle-s", type=float, default=300)
     parser.add_argument("--image", default=None, help="spec.image of every CR (default: the chart's default image)")
+    parser.add_argument("--preflight-mode", default=None, choices=("Required", "BestEffort", "Disabled"),
+                        help="spec.preflight.mode of every CR (default: the CRD's, BestEffort)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
-    cpu_nodes = max(1, args.crs // 100 + 1)  # each preflight pod sits on a CPU node until its Job ends
+    # Each preflight pod (1 CPU) sits on a 64-CPU node until its Job ends: room for every one.
+    cpu_nodes = max(1, args.crs // 60 + 1)
     plane = ControlPlane(scratch / "plane", build(), default_pool(h100=args.h100_nodes, cpu=cpu_nodes))
     plane.up()
     try:
         made = install(plane, scratch, webhook=False)
-        created, ready_at, started = apply_all(made, args.crs, args.image)
+        created, ready_at, started = apply_all(made, args.crs, args.image, args.preflight_mode)
         settled = time.time()
         latencies = sorted(ready_at[n] - created[n] for n in created)
         busy = audit(plane, started, settled)
@@ -136,10 +160,13 @@ def main() -> None:
         rss, peak = rss_mib(leader.proc.pid)
         result = {
             "crs": args.crs, "gpuNodes": args.h100_nodes + 5, "image": args.image or "chart default",
+            "preflightMode": args.preflight_mode or "BestEffort", "settledOn": "PreflightHeld" if args.preflight_mode == "Required" else "Ready",
             "readyP50S": round(statistics.median(latencies), 2), "readyP99S": round(latencies[int(0.99 * (len(latencies) - 1))], 2),
             "readyMaxS": round(latencies[-1], 2), "allReadyAfterS": round(settled - started, 1),
             "requestsPerCr": round(len(busy) / args.crs, 2), "writesPerCr": round(sum(e["verb"] in WRITES for e in busy) / args.crs, 2),
             "idleSeconds": args.idle_s, "idleWrites": sum(e["verb"] in WRITES for e in idle), "idleRequests": len(idle),
+            "idleWritesBesidesLease": sum(e["verb"] in WRITES and _resource(e) != "leases" for e in idle),
+            "idleByRequest": dict(collections.Counter(f"{e['verb']} {_resource(e)}" for e in idle).most_common()),
             "operatorRssMiB": round(rss, 1), "operatorPeakRssMiB": round(peak, 1), "namespace": NAMESPACE,
         }
         result.update(handover(made))

@@ -23,6 +23,7 @@ from prometheus_client import generate_latest
 
 from specdeploy.controller.metrics import METRICS
 from specdeploy.preflight.job import JOB_LABEL
+from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL
 
 from .conftest import DEPLOYMENT, NS, ROOT, Cluster, Operator, eventually, example, with_identity
 from .kubelet import JOBS, KubeletDouble
@@ -190,6 +191,60 @@ async def test_a_held_update_leaves_the_serving_workload_as_it_is(operator: Oper
     assert after["spec"]["template"]["spec"]["containers"][0]["image"] == CUSTOM_IMAGE
 
 
+def handled(cluster: Cluster, name: str) -> bool:
+    """kopf recorded the spec as handled and keeps no retry for it: its reconcile finished."""
+    annotations = cluster.sd(name)["metadata"].get("annotations") or {}
+    return "specdeploy.io/last-handled-configuration" in annotations and "specdeploy.io/reconcile" not in annotations
+
+
+def reads_of_job(cluster: Cluster, since: int, job: str) -> int:
+    """The operator's reads of `job` (GET) and of its pods (LIST) since `since`."""
+    return sum(1 for r in list(cluster.k)[since:] if str(r.method).upper().endswith("GET")
+               and (r.url.path.endswith(f"/jobs/{job}") or (r.url.path.endswith("/pods") and job in str(r.url.query))))
+
+
+async def test_a_cr_waiting_on_its_job_is_not_polled_and_its_pods_end_wakes_it(operator: Operator, cluster: Cluster,
+                                                                              kubelet: KubeletDouble) -> None:
+    """The reconcile that finds the Job running finishes (no retry for kopf to poll with); the
+    watch event of the Job's pod, once it ends, reconciles the CR and brings the verdict."""
+    kubelet.hold.clear()
+    await cluster.create(cr("waiting", NO_VLLM_IMAGE, mode="Required"))
+    await eventually(lambda: cluster.condition("waiting", "Preflight").get("reason") == "Running" and handled(cluster, "waiting"),
+                     what="Preflight Running, the reconcile finished")
+    (job,) = jobs(cluster)
+    mark = cluster.mark()
+    kubelet.hold.set()  # the judge runs (and finds no vLLM in this Python): the pod ends
+    await eventually(lambda: cluster.condition("waiting", "Preflight").get("reason") == "CouldNotRun", what="the verdict")
+    assert "No module named" in cluster.condition("waiting", "Preflight")["message"]
+    assert cluster.condition("waiting", "Progressing")["reason"] == "PreflightHeld" and handled(cluster, "waiting")
+    # Read again because it changed: the pod's end and the Job's (one reconcile each at most).
+    assert 1 <= reads_of_job(cluster, mark, job["metadata"]["name"]) <= 4
+
+
+async def _pod(cluster: Cluster, name: str, labels: dict[str, str], message: str) -> None:
+    """A pod the scheduler could not place."""
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS, "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    response = await cluster.k.post(f"/api/v1/namespaces/{NS}/pods", json=body)
+    assert response.status in (200, 201), await response.text()
+    await cluster.patch_status("v1/pods", name, {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]})
+
+
+async def test_an_unplaceable_preflight_pod_is_not_said_of_the_serving_pods(operator: Operator, cluster: Cluster) -> None:
+    """The pod watch serves two handlers: the scheduler's word on serving pods (Unschedulable),
+    and the preflight pods' end. A preflight pod no node takes is its Job's business (its
+    outcome says so), not the serving workload's."""
+    await cluster.create(cr("placed", MISSING_IMAGE, mode="Disabled"))
+    await eventually(lambda: cluster.exists(DEPLOYMENT, "placed"), what="the workload")
+    ours = {MANAGED_BY_LABEL: MANAGED_BY, OWNER_LABEL: "placed"}
+    await _pod(cluster, "placed-a-preflight", {**ours, JOB_LABEL: "placed-preflight-0"}, "preflight: 0/7 nodes are available")
+    await _pod(cluster, "placed-b-serving", ours, "serving: 0/7 nodes are available")
+    progressing = await eventually(lambda: cluster.condition("placed", "Progressing").get("reason") == "Unschedulable"
+                                   and cluster.condition("placed", "Progressing"), what="Progressing Unschedulable")
+    assert "placed-b-serving" in progressing["message"] and "preflight" not in progressing["message"]
+
+
 # A method no built-in table knows: the image (no release tag) is judged by the newest rule set,
 # whose vLLM lets plugins register methods, so only the image's own vLLM can judge it.
 PLUGIN_METHOD = "team_tree_drafter"
@@ -310,8 +365,9 @@ async def test_a_foreign_pod_with_the_jobs_label_gives_no_verdict(operator: Oper
     await cluster.create(cr("foreign", NO_VLLM_IMAGE, mode="Required"))
     job = await _job(cluster, kubelet)
     template = job["spec"]["template"]
-    await _forge(cluster, job, "foreign-judge", owner_uid=None, labels={JOB_LABEL: template["metadata"]["labels"][JOB_LABEL]},
-                 spec=template["spec"])
+    # The template's labels copied (the Job's own among them): its watch event wakes the CR,
+    # which reads the Job's pods itself.
+    await _forge(cluster, job, "foreign-judge", owner_uid=None, labels=template["metadata"]["labels"], spec=template["spec"])
     await eventually(lambda: cluster.condition("foreign", "Preflight").get("reason") == "UntrustedPod", what="Preflight UntrustedPod")
     preflight = _no_verdict(cluster, "foreign", "UntrustedPod", operator_log)
     assert "foreign-judge" in preflight["message"] and "ownerReference" in preflight["message"]

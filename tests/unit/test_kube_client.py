@@ -5,6 +5,7 @@ HTTP answers are typed by retry policy. Served by a real aiohttp server on loopb
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from specdeploy.controller.budget import Budget
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration
 
 
@@ -158,3 +160,33 @@ async def test_a_zero_refresh_period_asks_the_hook_before_every_request(tmp_path
         await kube.close()
     finally:
         await runner.cleanup()
+
+
+async def test_the_client_pauses_the_budget_of_the_reconcile_it_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the connection to the answer: the handler sees the budget paused while it holds it."""
+    arrived, answered = asyncio.Event(), asyncio.Event()
+    budget = Budget(0.0)
+
+    async def handler(request: web.Request) -> web.Response:
+        arrived.set()
+        await answered.wait()
+        return web.json_response({"kind": "ConfigMap", "data": {}})
+
+    runner, port = await _serve(handler)
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}", {"token": "t"})))
+    kube = Kube(load_configuration())
+
+    async def reconcile() -> Any:
+        budget.start()
+        return await kube.get("ConfigMap", "n", "c")
+
+    task = asyncio.create_task(reconcile())
+    await arrived.wait()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not budget.expired.is_set()  # a zero budget, held on the API server
+    answered.set()
+    assert await task == {"kind": "ConfigMap", "data": {}}
+    await budget.expired.wait()  # the request answered: the clock runs (and is spent) again
+    await kube.close()
+    await runner.cleanup()

@@ -17,6 +17,7 @@ import yaml
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.controller import preflight as gate
 from specdeploy.controller.kube import KubePermanentError, KubeTemporaryError
+from specdeploy.controller.state import PreflightWaits
 from specdeploy.geometry import ModelInputs
 from specdeploy.pipeline import evaluate
 from specdeploy.preflight.job import JOB_LABEL, MODEL_DIRS, file_digests, preflight_config_map, preflight_job
@@ -299,11 +300,11 @@ def test_a_refusal_names_vllms_words_and_the_disagreement() -> None:
     assert decision.findings[0]["code"] == "preflight-refused" and decision.findings[0]["stage"] == "pair"
 
 
-def test_required_keeps_polling_a_pull_that_may_recover_but_not_a_finished_job() -> None:
+def test_required_waits_on_a_pull_that_may_recover_but_not_on_a_finished_job() -> None:
     request = request_for(LLAMA)
-    assert gate.decide(PULL, request, mode="Required", job="j", fast_version=None).retry
+    assert gate.decide(PULL, request, mode="Required", job="j", fast_version=None).waits
     final = Outcome("CouldNotRun", why="DeadlineExceeded")
-    assert gate.decide(final, request, mode="Required", job="j", fast_version=None).retry is None
+    assert not gate.decide(final, request, mode="Required", job="j", fast_version=None).waits
 
 
 def test_the_images_release_replaces_the_tags_guess() -> None:
@@ -416,7 +417,7 @@ def job_with_uid(job: dict[str, Any]) -> dict[str, Any]:
     return {**job, "metadata": {**job["metadata"], "uid": JOB_UID}, "status": {}}
 
 
-@pytest.mark.parametrize("outcome, condition, progressing, retries", [
+@pytest.mark.parametrize("outcome, condition, progressing, waits", [
     (Outcome("UntrustedPod", why="ignored pods not made by the Job: x", final=False), ("Unknown", "UntrustedPod"), ("True", "PreflightRunning"), True),
     (Outcome("UntrustedPod", why="2 pods claim to be the one pod of Job j"), ("Unknown", "UntrustedPod"), ("True", "PreflightRunning"), True),
     (Outcome("JudgeEdited", why="not the files the operator wrote: vllm_judge.py"), ("Unknown", "JudgeEdited"), ("True", "PreflightRunning"), True),
@@ -425,12 +426,12 @@ def job_with_uid(job: dict[str, Any]) -> dict[str, Any]:
 ])
 @pytest.mark.parametrize("mode", ["BestEffort", "Required"])
 def test_no_verdict_from_what_the_operator_did_not_make_in_any_mode(outcome: Outcome, condition: tuple[str, str],
-                                                                    progressing: tuple[str, str], retries: bool, mode: str) -> None:
+                                                                    progressing: tuple[str, str], waits: bool, mode: str) -> None:
     decision = gate.decide(outcome, request_for(LLAMA), mode=mode, job="j", fast_version="0.0.1")
     assert decision.proceed is False
     assert (decision.preflight.status, decision.preflight.reason) == condition and outcome.why in decision.preflight.message
     assert decision.progressing is not None and (decision.progressing.status, decision.progressing.reason) == progressing
-    assert bool(decision.retry) is retries
+    assert decision.waits is waits
     assert decision.status is not None and decision.status["outcome"] == outcome.kind
 
 
@@ -506,7 +507,7 @@ async def test_an_edited_judge_makes_the_job_again() -> None:
     tampered = {"terminated": {"exitCode": 3, "message": '{"ok": false, "stage": "integrity", "error": "not the files the operator wrote: vllm_judge.py"}'}}
     kube = LiveKube(job, [own_pod(job, tampered)])
     decision = await check(kube)
-    assert decision.preflight.reason == "JudgeEdited" and decision.retry
+    assert decision.preflight.reason == "JudgeEdited" and decision.waits
     assert [kind for kind, _, _ in kube.deleted] == ["Job", "ConfigMap"]
 
 
@@ -514,11 +515,49 @@ async def test_an_unreadable_verdict_is_kept_and_holds_the_workload_without_read
     job = live_job()
     kube = LiveKube(job, [own_pod(job, {"terminated": {"exitCode": 0, "message": "[" * 4000}})])
     decision = await check(kube)
-    assert (decision.preflight.reason, decision.retry) == ("UnreadableVerdict", None)
+    assert (decision.preflight.reason, decision.waits) == ("UnreadableVerdict", False)
     assert [kind for kind, _, _ in kube.deleted] == ["ConfigMap"]  # the Job stays for its logs
     calls = kube.calls
     again = await check(kube, {"preflight": decision.status})
     assert (again.preflight.reason, again.proceed, kube.calls) == ("UnreadableVerdict", False, calls)
+
+
+def test_a_watch_event_wakes_the_cr_waiting_on_the_job_once_per_change() -> None:
+    waits, job = PreflightWaits(), ("Job", "sd-preflight-1")
+    assert waits.woken("ns", "sd-preflight-1", job, "1", deleted=False) is None  # nobody waits on it
+    waits.wait("ns", "sd-preflight-1", "sd")
+    assert waits.woken("ns", "sd-preflight-1", job, "1", deleted=False) == "sd"
+    assert waits.woken("ns", "sd-preflight-1", job, "1", deleted=False) is None  # kopf's re-list: nothing new
+    assert waits.woken("ns", "sd-preflight-1", ("Pod", "sd-preflight-1-abc"), "1", deleted=False) == "sd"
+    assert waits.woken("ns", "sd-preflight-1", job, "2", deleted=False) == "sd"
+    assert waits.woken("ns", "sd-preflight-1", job, "2", deleted=True) == "sd"  # gone: always news
+    assert waits.woken("other", "sd-preflight-1", job, "3", deleted=False) is None
+    waits.wait("ns", "sd-preflight-2", "sd", "uid-2")  # another combination: the old Job wakes no one
+    assert waits.woken("ns", "sd-preflight-1", job, "3", deleted=False) is None
+    waits.done("ns", "sd", "uid-1")  # an earlier CR of that name deleted: not this one's wait
+    assert waits.woken("ns", "sd-preflight-2", ("Job", "sd-preflight-2"), "1", deleted=False) == "sd"
+    waits.done("ns", "sd", "uid-2")
+    assert waits.woken("ns", "sd-preflight-2", ("Job", "sd-preflight-2"), "2", deleted=False) is None and len(waits) == 0
+
+
+async def test_a_cr_waits_on_its_running_job_until_the_verdict() -> None:
+    """Registered before the Job is read (a change after the read wakes it); dropped once the
+    outcome is final, and for a verdict kept in status, which reads nothing."""
+    job = live_job()
+    name = job["metadata"]["name"]
+    kube, waits = LiveKube(job, []), PreflightWaits()
+    running = await gate.PreflightGate(kube, logging.getLogger("test"), waits).check(  # type: ignore[arg-type]
+        LLAMA, request_for(LLAMA), name="sd", namespace="ns", status={}, owner={"uid": CR_UID}, fast_version=None)
+    assert running.preflight.reason == "Running" and running.waits
+    assert waits.woken("ns", name, ("Job", name), "1", deleted=False) == "sd"
+    kube.pods = [own_pod(job, {"terminated": {"exitCode": 0, "message": "[" * 4000}})]
+    final = await gate.PreflightGate(kube, logging.getLogger("test"), waits).check(  # type: ignore[arg-type]
+        LLAMA, request_for(LLAMA), name="sd", namespace="ns", status={}, owner={"uid": CR_UID}, fast_version=None)
+    assert final.preflight.reason == "UnreadableVerdict" and not final.waits and len(waits) == 0
+    waits.wait("ns", name, "sd")
+    await gate.PreflightGate(kube, logging.getLogger("test"), waits).check(  # type: ignore[arg-type]
+        LLAMA, request_for(LLAMA), name="sd", namespace="ns", status={"preflight": final.status}, owner={"uid": CR_UID}, fast_version=None)
+    assert len(waits) == 0
 
 
 def test_every_outcome_can_be_kept_in_status() -> None:

@@ -29,6 +29,7 @@ from kubernetes.client import Configuration
 
 from specdeploy import __version__
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
+from specdeploy.controller.budget import waiting
 from specdeploy.controller.env import Number
 from specdeploy.controller.permissions import allows
 
@@ -256,12 +257,13 @@ class Kube:
             connect, read = min(connect, timeout), min(read, timeout)
         limits = aiohttp.ClientTimeout(total=read + connect, sock_connect=connect, sock_read=read)
         try:
-            async with self._client().request(
-                method, self.host + kind.path(namespace, name, subresource), params=query,
-                data=None if body is None else json.dumps(body), headers=self._headers(method, body),
-                timeout=limits, server_hostname=self._server_hostname,
-            ) as response:
-                status, data = response.status, await response.read()
+            with waiting():  # a connection and the answer: not the reconcile's own time
+                async with self._client().request(
+                    method, self.host + kind.path(namespace, name, subresource), params=query,
+                    data=None if body is None else json.dumps(body), headers=self._headers(method, body),
+                    timeout=limits, server_hostname=self._server_hostname,
+                ) as response:
+                    status, data = response.status, await response.read()
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise KubeTemporaryError(f"{method} {where}: {type(exc).__name__}: {exc}", delay=RETRY_DELAY_S) from exc
         if self.on_response is not None:

@@ -9,8 +9,9 @@ controller's client refuses writes once leadership is lost (controller/leader.py
 
 Handlers are thin and asynchronous: they take the client from `memo`, run the reconcile as
 `attempt.reconcile_once` does for every caller (a slot, the time budget
-SPECDEPLOY_RECONCILE_BUDGET_S, a status note when cut off), post Events and turn a transient
-failure into `kopf.TemporaryError`. Status is written by `Reconciler.write_status`
+SPECDEPLOY_RECONCILE_BUDGET_S of own work, a status note when cut off), post Events and turn a
+transient failure into `kopf.TemporaryError`. A preflight Job is watched, not polled: an event
+of the Job or of its pod reconciles the CR that waits on it. Status is written by `Reconciler.write_status`
 (the status subresource, one writer per CR at a time), not through kopf's `patch`: kopf
 writes after the handler returns, outside that lock. Nothing blocks kopf's event loop: the API
 client is aiohttp, and CPU-bound work and Hub reads run in the bounded pools of `offload.py`. There is no timer, daemon or delete
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -44,6 +46,7 @@ from specdeploy.controller.metrics import METRICS, METRICS_PORT
 from specdeploy.controller.offload import OffLoop, reconcile_budget
 from specdeploy.controller.reconcile import Reconciler
 from specdeploy.controller import state
+from specdeploy.preflight.job import JOB_LABEL
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, label_value
 
 registry = kopf.OperatorRegistry()
@@ -59,8 +62,7 @@ BACKOFF_SCALE_ENV = "SPECDEPLOY_BACKOFF_SCALE"
 BACKOFF_SCALE = env.Number(BACKOFF_SCALE_ENV, 1.0, minimum=0)
 LOG_FORMAT_ENV = "SPECDEPLOY_LOG_FORMAT"  # text (default) | json
 # kind -> (first delay, cap) in seconds.
-# "preflight": polling a running preflight Job (most of its minute or two is the image pull).
-BACKOFF = {"api": (2.0, 120.0), "source": (15.0, 600.0), "slow": (30.0, 600.0), "preflight": (5.0, 30.0)}
+BACKOFF = {"api": (2.0, 120.0), "source": (15.0, 600.0), "slow": (30.0, 600.0)}
 
 
 @kopf.on.startup(registry=registry)
@@ -81,8 +83,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.posting.level = logging.WARNING
     # Every handler is a coroutine; kopf's thread pool only serves its own sync helpers.
     settings.execution.max_workers = 4
-    # Pods are watched for the scheduler's verdict on ours only: filtered by the server, not here.
+    # Pods are watched for the scheduler's verdict on ours only, and preflight Jobs (with their
+    # pods) for the verdict: filtered by the server, not here.
     settings.watching.label_selectors[("v1", "pods")] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+    settings.watching.label_selectors[("batch", "v1", "jobs")] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     # An idle per-object worker keeps its last watch event (the whole CR) until it exits: 5 s
     # by default, so a burst of creates keeps every CR and child alive at once (bench/RESULTS.md).
     settings.queueing.idle_timeout = 0.5
@@ -94,7 +98,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memory = state.fresh()  # shared with every Reconciler of this run (the telemetry's too)
     memo.desired, memo.configs, memo.evaluations = memory.desired, memory.configs, memory.evaluations
     memo.offload, memo.slots, memo.status = memory.offload, memory.slots, memory.status
-    memo.unschedulable = memory.unschedulable
+    memo.unschedulable, memo.runs, memo.preflight = memory.unschedulable, memory.runs, memory.preflight
     _warm_up()
 
 
@@ -180,6 +184,8 @@ async def forget(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     memo.status.forget(meta.get("namespace"), meta.get("name"))
     DIFFBASE.forget(meta.get("uid"))
     memo.unschedulable.forget(meta.get("namespace"), label_value(meta.get("name") or ""))
+    memo.runs.forget(meta.get("namespace"), meta.get("name"), meta.get("uid"))
+    memo.preflight.done(meta.get("namespace"), meta.get("name"), meta.get("uid"))
     METRICS.state.forget(meta.get("namespace", ""), meta.get("name", ""))
 
 
@@ -223,12 +229,44 @@ async def mirror_leader_worker_set(body: kopf.Body, type: str | None, memo: kopf
     await _child_event(body, type, memo, logger, workload=True)
 
 
-@kopf.on.event("", "v1", "pods", labels=_CHILD_FILTER, id="pod-scheduling", registry=registry)
+@kopf.on.event("", "v1", "pods", labels={**_CHILD_FILTER, JOB_LABEL: kopf.ABSENT}, id="pod-scheduling", registry=registry)
 async def pod_scheduling(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """A serving pod the scheduler cannot place (or now has placed) -> the parent's Ready says why."""
     result = await _reconciler(memo, logger).pod_scheduling(dict(body), type, now=_now())
     if result.status_patch and result.body is not None:
         _post(result.body, result.events)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=_CHILD_FILTER, id="preflight-job", registry=registry)
+async def preflight_job(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """A preflight Job changed (its pod ended, its deadline passed, it is gone) -> the CR that waits on it."""
+    await _preflight_changed(body, type, str((body.get("metadata") or {}).get("name")), memo, logger)
+
+
+@kopf.on.event("", "v1", "pods", labels={**_CHILD_FILTER, JOB_LABEL: kopf.PRESENT}, id="preflight-pod", registry=registry)
+async def preflight_pod(body: kopf.Body, type: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """A pod that carries a preflight Job's label changed -> the CR that waits on that Job (which
+    reads the Job and its pods itself: only the Job's own pod gives a verdict)."""
+    job = ((body.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL)
+    await _preflight_changed(body, type, str(job), memo, logger)
+
+
+async def _preflight_changed(body: kopf.Body, type: str | None, job: str, memo: kopf.Memo, logger: kopf.Logger) -> None:
+    """Reconcile the CR that waits on `job` when the event is news, retrying a transient
+    failure as kopf would (nothing else wakes a waiting CR)."""
+    meta = body.get("metadata") or {}
+    namespace = str(meta.get("namespace"))
+    name = memo.preflight.woken(namespace, job, (str(body.get("kind")), str(meta.get("name"))), meta.get("resourceVersion"),
+                                deleted=type == "DELETED")
+    if name is None:
+        return
+    parent = {"metadata": {"namespace": namespace, "name": name}}  # the reconcile reads the live CR
+    for attempt in itertools.count():
+        outcome = await reconcile_once(_reconciler(memo, logger), parent, budget_s=memo.budget_s, logger=logger, post=_post,
+                                       retry=attempt, news=True)
+        if outcome.retry is None:
+            return
+        await asyncio.sleep(backoff(outcome.retry_kind, attempt))
 
 
 @kopf.on.event("", "v1", "services", labels=_CHILD_FILTER, id="heal-service", registry=registry)
@@ -257,8 +295,9 @@ def configure_logging(log_format: str) -> None:
     # Text lines about an object start with [namespace/name]; JSON carries them as fields.
     kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL, log_prefix=log_format != "json")
     objects = logging.getLogger("kopf.objects")
-    if not any(isinstance(f, _QuietWatchHandlers) for f in objects.filters):
-        objects.addFilter(_QuietWatchHandlers())
+    for quiet in (_QuietWatchHandlers, _NoEventPerRetry):
+        if not any(isinstance(f, quiet) for f in objects.filters):
+            objects.addFilter(quiet())
     reactor = logging.getLogger("kopf._core.reactor.running")
     if not any(isinstance(f, _SignalsAreOurs) for f in reactor.filters):
         reactor.addFilter(_SignalsAreOurs())
@@ -271,13 +310,24 @@ class _SignalsAreOurs(logging.Filter):
         return not str(record.msg).startswith("OS signals are ignored")
 
 
+class _NoEventPerRetry(logging.Filter):
+    """kopf posts an Event for every retry ("Handler 'reconcile' failed temporarily: ..."): a
+    write per retry, however slow the API server already is. The line is still logged; what
+    the retry is about is in the status, with its own Event when it changes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and " failed temporarily" in record.msg:
+            record.k8s_skip = True
+        return True
+
+
 class _QuietWatchHandlers(logging.Filter):
     """Drops kopf's "Handler 'heal-pdb' succeeded." line, logged for every child watch event
     (thousands an hour at scale, saying nothing); what a handler did is logged by the handler.
     The reconcile's too: it "succeeded" for an invalid spec, and its own line gives the verdict."""
 
     _IDS = ("mirror-deployment", "mirror-lws", "heal-service", "heal-pdb", "heal-inferencepool", "forget", "telemetry-track",
-            "metrics-observe", "reconcile")
+            "metrics-observe", "reconcile", "preflight-job", "preflight-pod")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.INFO or not isinstance(record.msg, str) or not record.msg.startswith("Handler '"):

@@ -18,7 +18,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, Hashable, TypeVar
 
+from specdeploy.controller.budget import waiting
 from specdeploy.controller.env import Number
+from specdeploy.controller.kube import API_CONNECTIONS
 
 T = TypeVar("T")
 
@@ -28,7 +30,7 @@ CPU_WORKERS_ENV = "SPECDEPLOY_CPU_WORKERS"
 IO_WORKERS_ENV = "SPECDEPLOY_IO_WORKERS"
 SLOTS_ENV = "SPECDEPLOY_MAX_RECONCILES"
 ORPHAN_TTL_S = 600.0
-DEFAULT_SLOTS = 32
+DEFAULT_SLOTS = 16  # SPECDEPLOY_API_CONNECTIONS' default: a reconcile at work always finds a connection
 BUDGET = Number(BUDGET_ENV, DEFAULT_BUDGET_S, minimum=0.1)
 CPU_WORKERS = Number(CPU_WORKERS_ENV, min(4, os.cpu_count() or 1), minimum=1, integer=True)
 IO_WORKERS = Number(IO_WORKERS_ENV, 16, minimum=1, integer=True)
@@ -99,13 +101,14 @@ _holding: contextvars.ContextVar[dict[str, bool] | None] = contextvars.ContextVa
 
 
 class Slots:
-    """At most `n` reconciles at work at once (SPECDEPLOY_MAX_RECONCILES, default 32), so a
-    burst of creates is served in arrival order with bounded memory instead of all at once. A
-    reconcile gives its slot back while it waits on a config read or an evaluation (`released`),
-    so CRs whose configs stall never hold the slots the others need."""
+    """At most `n` reconciles at work at once (SPECDEPLOY_MAX_RECONCILES, default 16, never more
+    than SPECDEPLOY_API_CONNECTIONS), so a burst of creates is served in arrival order with
+    bounded memory instead of all at once, and no reconcile in a slot queues for a connection
+    behind the others. A reconcile gives its slot back while it waits on a config read or an
+    evaluation (`released`), so CRs whose configs stall never hold the slots the others need."""
 
     def __init__(self, n: int | None = None) -> None:
-        self.n = n or SLOTS.get_int()
+        self.n = n or min(SLOTS.get_int(), API_CONNECTIONS.get_int())
         self._free: asyncio.Semaphore | None = None
 
     def _semaphore(self) -> asyncio.Semaphore:
@@ -138,5 +141,6 @@ class Slots:
         try:
             yield
         finally:
-            await self._free.acquire()  # cancelled here: not held, and `held` releases nothing
+            with waiting():  # behind the others' reconciles: not this one's time
+                await self._free.acquire()  # cancelled here: not held, and `held` releases nothing
             state["held"] = True

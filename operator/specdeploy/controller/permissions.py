@@ -40,9 +40,10 @@ PERMISSIONS: tuple[Permission, ...] = (
     # preflight's ConfigMap (the judge, its request and the configs read), deleted once judged.
     Permission("", "configmaps", ("get", "create", "delete")),
     # The preflight Job (controller/preflight.py): started once per image + args + configs, read
-    # until it ends; its TTL removes it. delete: a Job whose judge was edited, whose pod cannot be
-    # told from a copy, or that runs another template than the operator's, is made again.
-    Permission("batch", "jobs", ("get", "create", "delete")),
+    # when it changes (list/watch, with a server-side selector on our label: no polling); its
+    # TTL removes it. delete: a Job whose judge was edited, whose pod cannot be told from a copy,
+    # or that runs another template than the operator's, is made again.
+    Permission("batch", "jobs", ("get", "list", "watch", "create", "delete")),
     # Leader election (two replicas, one active): the Lease in the operator's namespace.
     # The renewal is a merge patch carrying the resourceVersion it read (controller/leader.py).
     Permission("coordination.k8s.io", "leases", ("get", "create", "patch")),
@@ -50,7 +51,8 @@ PERMISSIONS: tuple[Permission, ...] = (
     # /metrics there, and the preflight pod for its termination message (never one pod by name).
     # It reads only the pods its workload owns, through the owner chain: a Deployment's
     # ReplicaSets, a LeaderWorkerSet's leader StatefulSet (controller/scrape.py). Watched, with a
-    # server-side selector on its own label, for the scheduler's verdict (Ready=Unschedulable).
+    # server-side selector on its own label, for the scheduler's verdict (Ready=Unschedulable) and
+    # for the preflight pod's end (the CR waiting on its Job is reconciled then).
     Permission("", "pods", ("list", "watch")),
     Permission("apps", "replicasets", ("list",)),
     Permission("apps", "statefulsets", ("list",)),

@@ -8,7 +8,9 @@ Only the Job this CR owns (by uid) that runs what the operator renders is read, 
 own pod (preflight/outcome.py); a Job whose judge was edited, or whose pod cannot be told from
 a copy, is deleted and made again.
 `decide` (pure) turns an outcome and `spec.preflight.mode` into what the reconcile does.
-The reconcile polls a running Job through kopf's retry (backoff kind "preflight").
+Nothing polls a Job that runs: the CR waits on it (`state.PreflightWaits`, recorded before the
+Job is read), and the watch of preflight Jobs and their pods (controller/main.py) reconciles it
+when one of them changes. A waiting CR costs no request until then.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from specdeploy.api.conditions import Reason, Verdict
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.controller.metrics import METRICS
+from specdeploy.controller.state import PreflightWaits
 from specdeploy.preflight import JUDGE_FILE
 from specdeploy.preflight.job import CONFIG_MAP_LIMIT_BYTES, JOB_LABEL, config_map_bytes, preflight_config_map, preflight_job, preflight_name
 from specdeploy.preflight.outcome import RUNNING, JudgeVerdict, Outcome, config_map_of, job_outcome, owned_by, template_differs
@@ -34,7 +37,7 @@ from specdeploy.preflight.request import JudgeRequest
 PREFLIGHT_ENV = "SPECDEPLOY_PREFLIGHT"
 # The judge's stage -> the finding stage whose condition it decides.
 _FINDING_STAGE = {"args": "spec", "config": "pair", "load": "load", "memory": "plan"}
-# Outcomes after which the Job (and its ConfigMap) is deleted and made again at the next poll.
+# Outcomes after which the Job (and its ConfigMap) is deleted, and made again once it is gone.
 _REMADE = ("JudgeEdited", "UntrustedPod")
 
 
@@ -65,7 +68,7 @@ class Decision:
     progressing: Verdict | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
-    retry: str | None = None  # poll the Job again
+    waits: bool = False  # the outcome may change with the Job: the CR waits for its next change
 
 
 def _record(request: JudgeRequest, job: str, outcome: Outcome) -> dict[str, Any]:
@@ -103,7 +106,7 @@ def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast
     if outcome.kind == "Running":
         message = f"Job {job} runs {where} on the exact args (no GPU); the workload waits for its verdict"
         return Decision(False, Verdict("Unknown", Reason.RUNNING, message), status,
-                        progressing=Verdict("True", Reason.PREFLIGHT_RUNNING, message), retry=f"preflight Job {job} is running")
+                        progressing=Verdict("True", Reason.PREFLIGHT_RUNNING, message), waits=True)
     if outcome.kind != "CouldNotRun":
         return _distrusted(outcome, job, status)
     if mode == "BestEffort":
@@ -114,13 +117,12 @@ def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast
             "spec.preflight.mode Required holds the workload (fix the cause, change the spec, or set mode BestEffort)")
     message = f"the preflight Job {job} could not run: {outcome.why}; {held}"
     return Decision(False, Verdict("False", Reason.COULD_NOT_RUN, message), status, progressing=Verdict("False", Reason.PREFLIGHT_HELD, message),
-                    retry=None if outcome.final else f"preflight Job {job}: {outcome.why}")
+                    waits=not outcome.final)
 
 
 def _distrusted(outcome: Outcome, job: str, status: dict[str, Any]) -> Decision:
     """No verdict from what the operator did not make, or cannot read, in any mode: BestEffort
     is for a cluster that cannot run the Job, not for a verdict someone else wrote."""
-    retry = f"preflight Job {job}: {outcome.kind}"
     if outcome.kind == "UnreadableVerdict":
         message = (f"the verdict of Job {job} cannot be read: {outcome.why}; no workload in any mode "
                    "(an image or spec change judges again)")
@@ -129,7 +131,7 @@ def _distrusted(outcome: Outcome, job: str, status: dict[str, Any]) -> Decision:
     if outcome.kind == "UntrustedJob":
         message = f"Job {job} is not this SpeculativeDeployment's ({outcome.why}): no verdict is read from it; the workload waits until it is gone"
         return Decision(False, Verdict("False", Reason.UNTRUSTED_JOB, message), status,
-                        progressing=Verdict("False", Reason.PREFLIGHT_HELD, message), retry=retry)
+                        progressing=Verdict("False", Reason.PREFLIGHT_HELD, message), waits=True)
     reason = Reason.JUDGE_EDITED if outcome.kind == "JudgeEdited" else Reason.UNTRUSTED_POD
     if outcome.kind == "JudgeEdited":
         message = f"the judge Job {job} ran is not the one the operator wrote ({outcome.why}): no verdict; the Job is made again"
@@ -138,7 +140,7 @@ def _distrusted(outcome: Outcome, job: str, status: dict[str, Any]) -> Decision:
     else:
         message = f"Job {job} runs; {outcome.why}: no verdict is read from them, the workload waits for the Job's own pod"
     return Decision(False, Verdict("Unknown", reason, message), status,
-                    progressing=Verdict("True", Reason.PREFLIGHT_RUNNING, message), retry=retry)
+                    progressing=Verdict("True", Reason.PREFLIGHT_RUNNING, message), waits=True)
 
 
 def _cached(status: Mapping[str, Any], request: JudgeRequest) -> Outcome | None:
@@ -177,11 +179,13 @@ def needed(spec: SpeculativeDeploymentSpec, *, operator_runs_none: bool) -> Deci
 
 
 class PreflightGate:
-    """The gate's I/O: the Job and its ConfigMap, the run's pods, status.preflight."""
+    """The gate's I/O: the Job and its ConfigMap, the run's pods, status.preflight, and which
+    Job the CR waits on (`waits`)."""
 
-    def __init__(self, kube: Kube, logger: logging.Logger):
+    def __init__(self, kube: Kube, logger: logging.Logger, waits: PreflightWaits | None = None):
         self.kube = kube
         self.logger = logger
+        self.waits = waits if waits is not None else PreflightWaits()
 
     async def check(self, spec: SpeculativeDeploymentSpec, request: JudgeRequest, *, name: str, namespace: str,
                     status: Mapping[str, Any], owner: dict[str, Any], fast_version: str | None,
@@ -194,10 +198,12 @@ class PreflightGate:
         mode = "Required" if required or guess else spec.preflight.mode
         cached = _cached(status, request)
         if cached is not None:  # told when first recorded: no Event, no status write
+            self.waits.done(namespace, name)
             decision = decide(cached, request, mode=mode, job=(status.get("preflight") or {}).get("job", job), fast_version=fast_version,
                               guess=guess)
             decision.status, decision.events = None, []
             return decision
+        self.waits.wait(namespace, job, name, owner.get("uid"))  # before the read: a change after it wakes the CR
         config_map = preflight_config_map(request, judge_source(), cr_name=name, namespace=namespace)
         rendered = preflight_job(spec, request, config_map, cr_name=name, namespace=namespace)
         live = await self.kube.get("Job", namespace, job)
@@ -210,6 +216,8 @@ class PreflightGate:
             METRICS.preflight_disagreements.labels(outcome.verdict.stage or "unknown").inc()
         if live is not None and outcome.final and outcome.kind != "UntrustedJob":
             await self._done_with(live, remake=outcome.kind in _REMADE)
+        if not decision.waits:
+            self.waits.done(namespace, name)
         return decision
 
     async def _start(self, config_map: dict[str, Any], job: dict[str, Any], *, owner: dict[str, Any], image: str) -> Outcome:
@@ -230,7 +238,7 @@ class PreflightGate:
 
     async def _read(self, live: dict[str, Any], rendered: dict[str, Any], *, owner: dict[str, Any]) -> Outcome:
         """The outcome of the live Job: only when this CR owns it (by uid) and it runs what the
-        operator renders now (else it is deleted, and made again at the next poll)."""
+        operator renders now (else it is deleted, and made again once it is gone)."""
         meta = live.get("metadata") or {}
         if not owned_by(live, owner.get("uid")):
             return Outcome("UntrustedJob", why=f"its controller ownerReference does not name uid {owner.get('uid')}", final=False)
@@ -246,7 +254,7 @@ class PreflightGate:
 
     async def _done_with(self, live: dict[str, Any], *, remake: bool) -> None:
         """Delete the Job's ConfigMap (its verdict is in status); with `remake`, the Job too (by
-        its uid, with its pods): the next poll makes a new one."""
+        its uid, with its pods): its deletion's watch event makes a new one."""
         meta = live.get("metadata") or {}
         if remake:
             await self.kube.delete("Job", meta["namespace"], meta["name"], uid=meta.get("uid"))

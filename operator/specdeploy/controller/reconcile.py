@@ -65,7 +65,7 @@ class Result:
     status_patch: dict[str, Any]
     events: list[Event] = field(default_factory=list)
     retry: str | None = None  # message of a transient failure: the caller raises TemporaryError
-    retry_kind: str = "source"  # "source" | "api" | "slow" | "preflight": picks the backoff schedule
+    retry_kind: str = "source"  # "source" | "api" | "slow": picks the backoff schedule
     # Set by `write_status`: the CR as read under the lock (post Events on it) and its status
     # with the change applied.
     body: Mapping[str, Any] | None = None
@@ -176,6 +176,8 @@ class Reconciler:
         self.status = status if status is not None else memory.status
         self.slots = memory.slots
         self.unschedulable = memory.unschedulable
+        self.runs = memory.runs
+        self.preflight_waits = memory.preflight
 
     async def write_status(self, namespace: str, name: str,
                            compute: Callable[[Mapping[str, Any]], Result | Awaitable[Result]], *,
@@ -330,6 +332,7 @@ class Reconciler:
         spec, evaluation, target, draft = run.spec, run.evaluation, run.target, run.draft
         assert spec is not None and evaluation is not None and evaluation.plan is not None and target is not None
         if not gate.runs_for(spec):
+            self.preflight_waits.done(run.namespace, run.name)
             if evaluation.needs_preflight:  # the last good workload, if any, stays as it is
                 decision = gate.needed(spec, operator_runs_none=not gate.enabled())
                 run.verdicts[PREFLIGHT], run.progressing = decision.preflight, decision.progressing
@@ -340,7 +343,7 @@ class Reconciler:
         request = await self.offload.run(self.offload.cpu, None, functools.partial(
             judge_request, spec, evaluation.plan, target.config, draft.config if draft else None))
         try:
-            decision = await gate.PreflightGate(self.kube, self.logger).check(
+            decision = await gate.PreflightGate(self.kube, self.logger, self.preflight_waits).check(
                 spec, request, name=run.name, namespace=run.namespace, status=run.previous,
                 owner=_owner_reference(run.body), fast_version=evaluation.vllm_version, required=evaluation.needs_preflight,
                 guess=_summary([f for f in run.guess.findings if f.severity is Severity.ERROR]) if run.guess else None)
@@ -359,7 +362,7 @@ class Reconciler:
         if decision.proceed:
             return True
         run.progressing = decision.progressing
-        return run.stop(decision.retry, "preflight")
+        return run.stop(run.retry)  # a Job that may still change wakes the CR through its watch
 
     async def apply(self, run: Pass) -> bool:
         """Render the children, check their names, apply them and prune what is no longer rendered."""

@@ -9,6 +9,10 @@ from the resume reconcile): the children each CR should have, and the last confi
   ConfigMap read timeout keeps the last good verdict instead of flipping a serving model.
 - `StatusWriters`: one status writer at a time per CR (the reconcile, the readiness mirror, the
   failure notes), each computing its change against the live status inside the lock.
+- `Runs`: each CR's reconcile in flight, so a retry joins the one its cut-off caller left
+  running, and the failure note last written, so a note is not written again and again.
+- `PreflightWaits`: the preflight Job each waiting CR waits on, so a watch event of that Job or
+  its pod wakes the CR (and nothing polls it meanwhile).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping
 
+from specdeploy.controller.budget import Budget
 from specdeploy.controller.offload import OffLoop, Slots
 from specdeploy.pipeline import ModelInputs
 
@@ -208,6 +213,115 @@ class Unschedulable:
 
 
 @dataclass
+class Run:
+    """One CR's reconcile in flight (`attempt.reconcile_once`), run as its own task: a caller
+    cut off by the budget leaves it at work, and the next caller joins it instead of starting
+    over. `again`: news came while it ran (its preflight Job changed, a k was written), so it
+    makes one more pass before it ends. `written`: the pass wrote its status (a cut-off note
+    must not overwrite it)."""
+
+    budget: Budget
+    uid: str | None
+    generation: int | None
+    again: bool = False
+    written: bool = False
+    task: asyncio.Task[Any] = field(init=False)
+
+
+class Runs:
+    """The runs in flight by CR, and the failure note last written for each (a note is written
+    once until a reconcile of the CR finishes)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[Key, Run] = {}
+        self._notes: dict[Key, str] = {}
+
+    def get(self, key: Key) -> Run | None:
+        return self._runs.get(key)
+
+    def put(self, key: Key, run: Run) -> None:
+        self._runs[key] = run
+
+    def drop(self, key: Key, run: Run) -> None:
+        if self._runs.get(key) is run:
+            del self._runs[key]
+
+    def note(self, key: Key, what: str) -> bool:
+        """True when `what` is not the note last written for the CR (and it is now)."""
+        if self._notes.get(key) == what:
+            return False
+        self._notes[key] = what
+        return True
+
+    def settled(self, key: Key) -> None:
+        """A reconcile finished: the next failure is news again."""
+        self._notes.pop(key, None)
+
+    def forget(self, namespace: str, name: str, uid: str | None) -> None:
+        """The CR of `uid` is gone: stop its run (not one for a CR made again under its name)."""
+        run = self._runs.get((namespace, name))
+        if run is not None and run.uid in (None, uid):
+            del self._runs[(namespace, name)]
+            run.task.cancel()
+            self._notes.pop((namespace, name), None)
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+
+class PreflightWaits:
+    """The preflight Job each CR waits on (namespace, Job name -> CR name), and the
+    resourceVersion of each object of it (the Job, its pods) last seen in a watch event: an
+    event that brings nothing new, as kopf's re-list after a watch restart, wakes no CR."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[Key, str] = {}  # (namespace, Job) -> CR
+        self._jobs: dict[Key, tuple[str, str | None]] = {}  # (namespace, CR) -> (Job, the CR's uid)
+        self._seen: dict[Key, dict[tuple[str, str], str]] = {}  # (namespace, Job) -> {(kind, name): resourceVersion}
+        self._guard = threading.Lock()
+
+    def wait(self, namespace: str, job: str, cr: str, uid: str | None = None) -> None:
+        """`cr` (of `uid`) waits on `job`; recorded before the Job is read, so that a change
+        after that read wakes it."""
+        with self._guard:
+            previous = self._jobs.get((namespace, cr))
+            if previous == (job, uid):
+                return
+            if previous is not None:
+                self._waiting.pop((namespace, previous[0]), None)
+                self._seen.pop((namespace, previous[0]), None)
+            self._jobs[(namespace, cr)] = (job, uid)
+            self._waiting[(namespace, job)] = cr
+            self._seen[(namespace, job)] = {}
+
+    def done(self, namespace: str, cr: str, uid: str | None = None) -> None:
+        """`cr` waits on no Job (its verdict is kept, or it is gone); with `uid`, only when the
+        one waiting is that CR (not one made again under its name)."""
+        with self._guard:
+            previous = self._jobs.get((namespace, cr))
+            if previous is None or (uid is not None and previous[1] not in (None, uid)):
+                return
+            del self._jobs[(namespace, cr)]
+            self._waiting.pop((namespace, previous[0]), None)
+            self._seen.pop((namespace, previous[0]), None)
+
+    def woken(self, namespace: str, job: str, obj: tuple[str, str], resource_version: str | None, *, deleted: bool) -> str | None:
+        """The CR that waits on `job`, when this event of `obj` (kind, name) is news to it."""
+        with self._guard:
+            cr = self._waiting.get((namespace, job))
+            if cr is None:
+                return None
+            seen = self._seen[(namespace, job)]
+            if not deleted and resource_version is not None and seen.get(obj) == resource_version:
+                return None
+            seen[obj] = resource_version or ""
+            return cr
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+
+@dataclass
 class Memory:
     """All of the above for one operator run. Every Reconciler of the process shares the
     current one (the telemetry's too: a second set of desired children would fight the first
@@ -220,6 +334,8 @@ class Memory:
     slots: Slots = field(default_factory=Slots)
     status: StatusWriters = field(default_factory=StatusWriters)
     unschedulable: Unschedulable = field(default_factory=Unschedulable)
+    runs: Runs = field(default_factory=Runs)
+    preflight: PreflightWaits = field(default_factory=PreflightWaits)
 
 
 _current = Memory()

@@ -340,7 +340,7 @@ class Telemetry:
         if fresh is None:
             return True, None
         outcome = await reconcile_once(Reconciler(self.kube, self.logger), fresh, budget_s=self.budget_s,
-                                       logger=self.logger, post=self._post)
+                                       logger=self.logger, post=self._post, news=True)
         if outcome.result is None:
             self.logger.warning("%s/%s: the reconcile for the new k did not finish (%s); retrying at the next scrape",
                                 namespace, name, outcome.retry)
