@@ -105,6 +105,6 @@ def _layout_rules(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFa
         config = check_layout(spec, models, tp, draft_tp, pp, facts)
         if has_errors(config):
             return config
-        return config + check_load_layout(spec, models, tp, draft_tp)
+        return config + check_load_layout(spec, models, tp, draft_tp, facts.version)
 
     return rules

@@ -162,13 +162,24 @@ def experts_and_width(config: Mapping[str, Any]) -> tuple[int, int]:
     return config_int(config, EXPERT_COUNT_KEYS) or 0, config_int(config, (width_key,)) or 0
 
 
-def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
+# Kimi-K3's MoE pads its experts' width to a floor per rank before FusedMoE splits it
+# (models/kimi_k3/nvidia/model.py KimiMoE.__init__: padded_moe_intermediate_size, unless expert
+# parallel): a width whose share falls under min_moe_intermediate_per_partition (default 256)
+# becomes that floor × TP, which always splits.
+PADDED_EXPERT_ARCHITECTURES = frozenset({"KimiK3ForConditionalGeneration", "KimiK3MTPModel"})
+
+
+def expert_width_failures(config: Mapping[str, Any], tp: int, architectures: tuple[str, ...] = ()) -> list[str]:
     """Every FusedMoE layer splits its experts' width over TP unless expert parallel is on
-    (specdeploy never enables it; see expert_parallel) and asserts it splits whole, whatever the
-    architecture or quantization. Built on the meta device: a Qwen3-MoE with 1100-wide experts
-    builds at TP 4 and fails at TP 8 with an AssertionError."""
+    (see expert_parallel) and asserts it splits whole, whatever the architecture or
+    quantization. Built on the meta device: a Qwen3-MoE with 1100-wide experts builds at TP 4 and
+    fails at TP 8 with an AssertionError; Kimi-K3 with 3000-wide experts builds at TP 16 (padded
+    to 256 per rank) and one of 3004 fails at TP 8 (375.5 per rank is above the floor)."""
     experts, width = experts_and_width(config)
     if not experts or not width or width % tp == 0:
+        return []
+    floor = config_int(config, ("min_moe_intermediate_per_partition",), 256) or 0
+    if PADDED_EXPERT_ARCHITECTURES & set(architectures) and width // tp < floor:
         return []
     return [f"mlp.experts: the experts' width {width} is not divisible by TP {tp} ({_EXPERT_WIDTH})"]
 
