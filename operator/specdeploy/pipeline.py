@@ -85,7 +85,7 @@ def evaluate(
         return Evaluation(tuple(findings + extra_args), None, facts.version)
     rules = _layout_rules(spec, models, facts)
     findings += check_pair(spec, models, facts)
-    findings += check_load_pair(spec, models, draft.config if draft else None)
+    findings += check_load_pair(spec, models, draft.config if draft else None, facts)
     k, k_findings = resolve_num_speculative_tokens(spec, models, facts, k_in_force)
     findings += k_findings + check_speculative_config(spec, k, models, facts)
     if k is None or has_errors(findings):

@@ -23,7 +23,7 @@ from specdeploy.planning.memory import (
     state_bytes_per_sequence,
 )
 from specdeploy.planning.compute import layout_compute, max_num_seqs
-from specdeploy.planning.placement import accelerator_findings, plan_placement, vendor_of
+from specdeploy.planning.placement import accelerator_findings, lm_head_copy_findings, plan_placement, vendor_of
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import built_draft_tp
@@ -67,11 +67,14 @@ def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, lis
 
 
 def image_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
-    """The image against the GPU it will run on (a CUDA build on AMD's, a ROCm build on NVIDIA's)."""
+    """The image against the GPU it will run on (a CUDA build on AMD's, a ROCm build on NVIDIA's),
+    and the kernels the speculative config asks of that GPU (an lm_head copy's)."""
     product, unknown = gpu_product(spec)
     if unknown:
         return []  # the product's own finding says it
-    return accelerator_findings(spec.image, vendor_of(resource_name(spec.resources.gpu.resource_name, product), product))
+    vendor = vendor_of(resource_name(spec.resources.gpu.resource_name, product), product)
+    quantization = spec.draft.speculative_config.get("draft_lm_head_quantization")
+    return accelerator_findings(spec.image, vendor) + lm_head_copy_findings(quantization, vendor, product)
 
 
 def _gpu_memory_gib(spec: SpeculativeDeploymentSpec, product: GpuProduct | None,

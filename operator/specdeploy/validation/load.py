@@ -12,6 +12,7 @@ from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry, Models
 from specdeploy.findings import Finding, Stage, error, warning
 from specdeploy.validation.rules import DRAFT_TP_FIELD, TP_FIELD, check_model_tp
+from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIELDS, MARKOV_RANK_DSPARK_ARCHITECTURES,
                                     draft_architectures)
 from specdeploy.vllm.methods import built_draft_tp
@@ -22,6 +23,7 @@ from specdeploy.vllm.tp_splits import (dense_mlp_failures, expert_count_failures
                                         gated_delta_net_failures, tp_split_failures, vocab_failures)
 
 LOAD = Stage.LOAD
+SPECULATIVE_CONFIG = "spec.draft.speculativeConfig"
 
 
 def _dspark_class(draft: Geometry) -> str | None:
@@ -61,8 +63,35 @@ def _dspark_v4_head_fails(spec: SpeculativeDeploymentSpec, models: Models, draft
                   f"or another method", LOAD)]
 
 
-def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
+def _own_lm_head_fails(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
+    """draft_lm_head_quantization quantizes a copy of the target's lm_head for a draft that shares
+    it; a draft whose checkpoint brings its own (an EAGLE-3 head of a smaller vocabulary: its
+    weights set has_own_lm_head, models/utils.py process_eagle_weight) keeps it, and vLLM raises
+    (0.33.0 v1/worker/gpu/spec_decode/eagle/utils.py load_eagle_model, 0.34.0 share_target_lm_head:
+    "draft_lm_head_quantization needs a drafter that shares the target lm_head")."""
+    quantization = spec.draft.speculative_config.get("draft_lm_head_quantization")
+    target, draft = models.target, models.draft
+    if (quantization is None or "draft_lm_head_quantization" not in facts.speculative_fields or draft is None
+            or draft is target or not spec.draft.speculative_method.shares_target_embeddings):
+        return []
+    head = draft.draft_vocab_size or draft.vocab_size
+    if not head or head == target.vocab_size:
+        return []
+    return [error("draft-load-fails", f"{SPECULATIVE_CONFIG}.draft_lm_head_quantization",
+                  f"the draft's LM head covers its own vocabulary of {head} (the target's is {target.vocab_size}), so vLLM "
+                  f"keeps the draft's lm_head and refuses draft_lm_head_quantization at model load (v1/worker/gpu/"
+                  f"spec_decode/eagle/utils.py: \"draft_lm_head_quantization needs a drafter that shares the target "
+                  f"lm_head\"). Leave draft_lm_head_quantization unset for this draft", LOAD)]
+
+
+def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None,
+                    facts: VllmFacts) -> list[Finding]:
     """Load failures independent of the layout."""
+    return _own_lm_head_fails(spec, models, facts) + _dspark_load_fails(spec, models, draft_config)
+
+
+def _dspark_load_fails(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
+    """A DSpark draft's class reads fields its config must hold."""
     target, draft = models.target, models.draft
     if not spec.draft.speculative_method.builds_dspark_head:
         return []
