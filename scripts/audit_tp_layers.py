@@ -73,6 +73,7 @@ class Source:
 
     rel: str
     defs: dict[str, Definition] = field(default_factory=dict)
+    assigns: dict[str, ast.AST] = field(default_factory=dict)  # module-level name -> its value (layer tables)
     imports: dict[str, tuple[str, str]] = field(default_factory=dict)  # local name -> (module, name)
 
 
@@ -105,6 +106,9 @@ class Tree:
         for node in tree.body:
             if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
                 source.defs[node.name] = node
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                source.assigns.update({t.id: node.value for t in targets if isinstance(t, ast.Name)})
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 base = _absolute(node, package)
@@ -219,6 +223,15 @@ class Walk:
         hit = self.tree.resolve(module, name) if isinstance(call.func, ast.Name) else None
         return self._subclass_kind(hit, depth) if hit else None
 
+    def _class_disables_tp(self, module: str, call: ast.Call) -> str | None:
+        """"True" when a subclass's own __init__ passes disable_tp=True to its base (replicated)."""
+        hit = self.tree.resolve(module, _call_name(call)) if isinstance(call.func, ast.Name) else None
+        if hit is None or not isinstance(hit[1], ast.ClassDef):
+            return None
+        fixed = any(isinstance(k.value, ast.Constant) and k.value.value is True
+                    for inner in ast.walk(hit[1]) if isinstance(inner, ast.Call) for k in inner.keywords if k.arg == "disable_tp")
+        return "True" if fixed else None
+
     def _subclass_kind(self, hit: tuple[str, Definition], depth: int) -> str | None:
         module, node = hit
         if not isinstance(node, ast.ClassDef) or depth > 6:
@@ -253,7 +266,19 @@ class Walk:
                 found.calls.append((names.get(id(inner), ""), (hit[0], hit[1].name), inner))
             elif isinstance(inner, (ast.Name, ast.Attribute)) and (hit := self.target(module, inner)):
                 found.names.add((hit[0], hit[1].name))
+            elif isinstance(inner, ast.Name):
+                found.names |= self._table_entries(module, inner.id)
         return found
+
+    def _table_entries(self, module: str, name: str) -> set[tuple[str, str]]:
+        """The classes a module-level table names (`ALL_DECODER_LAYER_TYPES = {"mamba": ...}`):
+        a model that picks its layer classes from one builds them all."""
+        source = self.tree.module(module)
+        value = source.assigns.get(name) if source else None
+        if value is None:
+            return set()
+        return {(hit[0], hit[1].name) for inner in ast.walk(value)
+                if isinstance(inner, (ast.Name, ast.Attribute)) and (hit := self.target(module, inner))}
 
     def _site(self, module: str, node: ast.AST, names: dict[int, str]) -> dict[str, Any] | None:
         """A split layer, `divide(x, tp)` or `x % tp` at this node, else None."""
@@ -261,8 +286,9 @@ class Walk:
         if isinstance(node, ast.Call):
             kind = self.split_kind(module, node)
             if kind:
+                disable_tp = next((k.value for k in node.keywords if k.arg == "disable_tp"), None)
                 return {"attr": attr, "line": node.lineno, "layer": kind, "split": _split(kind, node),
-                        "disable_tp": _text(next((k.value for k in node.keywords if k.arg == "disable_tp"), None)) or None}
+                        "disable_tp": _text(disable_tp) or self._class_disables_tp(module, node) or None}
             if _call_name(node) == "divide" and len(node.args) == 2 and _mentions_tp(node.args[1]):
                 return {"attr": attr or "divide", "line": node.lineno, "layer": "divide", "split": [_text(node.args[0])],
                         "disable_tp": None}

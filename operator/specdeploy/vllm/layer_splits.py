@@ -148,7 +148,8 @@ LAYER_SPLITS: tuple[LayerSplit, ...] = (
                (f"{_MODELS}mllama4.py::Llama4MultiModalProjector.linear_1",), _key("hidden_size")),
     # Linear attention: Kimi's KDA heads (not the MLA heads, which validation/rules.py checks).
     LayerSplit("KDA linear attention's heads (linear_attn_config.num_heads)", frozenset({"KimiK3ForConditionalGeneration"}),
-               ("vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention.local_num_heads",), _kda_heads),
+               ("vllm/models/kimi_k3/nvidia/kda.py::KimiK3DeltaAttention.local_num_heads",
+                f"{_LAYERS}mamba/gdn/kimi_gdn_linear_attn.py::KimiGatedDeltaNetAttention.local_num_heads"), _kda_heads),
     # State-space mixers.
     *_mamba2_splits(),
     LayerSplit("Mamba mixer's inner width (mamba_expand × hidden_size)", frozenset({"JambaForCausalLM"}),
@@ -165,6 +166,13 @@ LAYER_SPLITS: tuple[LayerSplit, ...] = (
                (f"{_MODELS}qwen3_dflash.py::DFlashQwen3ForCausalLM.lm_head",), _draft_vocab, padding=VOCAB_PADDING),
     LayerSplit("Medusa LM head (truncated_vocab_size)", frozenset({"MedusaModel"}),
                (f"{_MODELS}medusa.py::Medusa.lm_head",), _key("truncated_vocab_size", "vocab_size"), padding=VOCAB_PADDING),
+    # GraniteMoeHybridAttention's o_proj takes hidden_size, not heads × head_dim.
+    LayerSplit("attention output (hidden_size)", frozenset({"GraniteMoeHybridForCausalLM"}),
+               (f"{_MODELS}granitemoehybrid.py::GraniteMoeHybridAttention.o_proj",), _key("hidden_size")),
+    # Mistral's time-conditioned norm (Voxtral's decoder), only where the config turns it on.
+    LayerSplit("time-conditioned norm (ada_rms_norm_t_cond_dim)", frozenset({"MistralForCausalLM"}),
+               (f"{_MODELS}mistral.py::MistralDecoderLayer.ada_rms_norm_t_cond",),
+               lambda c: config_int(c, ("ada_rms_norm_t_cond_dim",)) if c.get("ada_rms_norm_t_cond") else None),
     # 0.34.0: DeepSeek-V4's grouped output projection divides its groups.
     LayerSplit("attention output groups (o_groups)", frozenset({"DeepseekV4ForCausalLM", "DeepSeekV4MTPModel"}),
                ("vllm/models/deepseek_v4/common/grouped_wo_a.py::DeepseekV4GroupedWoA.n_local_groups",), _key("o_groups")),

@@ -87,7 +87,10 @@ _SIGLIP_VIT = (_tower("heads", "num_attention_heads", 12, "model_executor/models
 _LLAMA4_VIT = (_tower("heads", "num_attention_heads", 16, "model_executor/models/mllama4.py "
                       "Llama4VisionAttention.__init__ (assert num_heads % tp_size == 0)"),
                _tower("MLP", "intermediate_size", 5632, "model_executor/models/mllama4.py Llama4VisionMLP.__init__ "
-                      "(fc1 ColumnParallelLinear)"))
+                      "(fc1 ColumnParallelLinear)"),
+               _tower("pixel-shuffle adapter", "projector_input_dim", 4096, "model_executor/models/mllama4.py "
+                      "Llama4VisionPixelShuffleMLP.__init__ (a Llama4VisionMLP whose fc1 ColumnParallelLinear is "
+                      "projector_input_dim wide)"))
 _PIXTRAL_VIT = (_tower("heads", "num_attention_heads", 16, "model_executor/models/pixtral.py "
                        "PixtralHFAttention.__init__ (divide(num_attention_heads, tp_size))"),
                 _tower("MLP", "intermediate_size", 4096, "model_executor/models/pixtral.py PixtralHFMLP.__init__ "
