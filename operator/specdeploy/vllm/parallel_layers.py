@@ -113,7 +113,7 @@ COVERAGE: tuple[tuple[str, str], ...] = (
     ("*::GraniteMoeHybridAttention.o_proj", LAYERS), ("*::*Attention*.__init__*", HEADS), ("*::*Attention*.o_proj", HEADS), ("*::*Attention.qkv_proj", HEADS),
     ("*::*Attention.q_proj", HEADS), ("*::*Attention.q_b_proj", HEADS), ("*::*Attention.kv_b_proj", HEADS),
     ("*::*Attention.g_proj", HEADS), ("*::*Attention.wq_b", HEADS), ("*::*DecoderLayer.qkv_proj", HEADS),
-    ("*::FalconH1AttentionDecoderLayer.*", HEADS),("*::MultiHeadLatentAttention.*", HEADS),
+    ("*::MultiHeadLatentAttention.*", HEADS),
     ("*/deepseek_v4/attention.py::DeepseekV4Attention.wo_*", HEADS),
     ("*/kda.py::KimiK3DeltaAttention.*", LAYERS), ("*::KimiGatedDeltaNetAttention.*", LAYERS),
     ("*::QwenGatedDeltaNetAttention.*", GDN),
