@@ -17,6 +17,7 @@ from typing import Any
 from specdeploy.findings import Finding, Stage, error
 from specdeploy.planning.gpus import MEMORY_MIB_LABELS, PRODUCT_LABELS, RESOURCE_NAMES, GpuProduct
 from specdeploy.planning.plan import MemoryEstimate, Placement
+from specdeploy.vllm.lm_head_copy import COPY_SOURCE, LM_HEAD_COPY_KERNELS
 from specdeploy.vllm.versions import DEFAULT_VERSION, image_accelerator
 
 
@@ -71,20 +72,8 @@ def example_image(accelerator: str) -> str:
     return f"vllm/vllm-openai{'-rocm' if accelerator == 'rocm' else ''}:v{DEFAULT_VERSION}"
 
 
-# draft_lm_head_quantization makes a quantized copy of the target's lm_head while the draft loads
-# (0.33.0/0.34.0 model_executor/layers/quantization/online/lm_head.py quantized_lm_head_copy),
-# with a kernel the GPU must have:
-# - "fp8": Fp8PtpcOnlineLinearMethod.create_weights (quantization/online/fp8.py) raises where the
-#   platform's FP8 kernel is Marlin's weight-only one: "Requires SM89+ for Cutlass FP8 or ROCm MI3xx";
-# - "nvfp4": kernels/linear/__init__.py init_nvfp4_linear_kernel(use_a16=True) forces Marlin's
-#   W4A16 kernel (or Humming, or CuTe-DSL on SM100), which needs CUDA SM75+
-#   (quantization/utils/marlin_utils_fp4.py is_fp4_marlin_supported); ROCm has none ("Marlin FP4
-#   not available").
-LM_HEAD_COPY_KERNELS = {"fp8": (89, True), "nvfp4": (75, False)}  # the least NVIDIA SM; whether ROCm has one
-
-
 def lm_head_copy_findings(quantization: Any, vendor: str | None, product: GpuProduct | None) -> list[Finding]:
-    """The quantized lm_head copy needs a kernel this GPU has (LM_HEAD_COPY_KERNELS)."""
+    """The quantized lm_head copy needs a kernel this GPU has (vllm/lm_head_copy.py)."""
     if quantization not in LM_HEAD_COPY_KERNELS or vendor is None:
         return []
     least_sm, on_amd = LM_HEAD_COPY_KERNELS[quantization]
@@ -96,5 +85,5 @@ def lm_head_copy_findings(quantization: Any, vendor: str | None, product: GpuPro
         return []
     return [error("draft-load-fails", "spec.draft.speculativeConfig.draft_lm_head_quantization",
                   f"draft_lm_head_quantization {quantization} quantizes a copy of the target's lm_head when the draft "
-                  f"loads, and {why} (vLLM quantization/online/lm_head.py quantized_lm_head_copy): the pod would fail "
+                  f"loads, and {why} (vLLM {COPY_SOURCE}): the pod would fail "
                   f"at model load. Leave draft_lm_head_quantization unset or choose another GPU", Stage.LOAD)]

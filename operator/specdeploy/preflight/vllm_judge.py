@@ -697,8 +697,8 @@ def _shim_gpu_own_lm_head(eagle_utils: Any) -> Any:
     """On a GPU the draft's weights load before it shares the target's lm_head, and a checkpoint
     holding an lm_head sets has_own_lm_head (models/utils.py process_eagle_weight); the meta build
     loads no weights. An LM head of another vocabulary than the target's is the checkpoint's own,
-    which `_should_share` (0.33.0/0.34.0 v1/worker/gpu/spec_decode/eagle/utils.py) keeps: the
-    judge says so where the weights would. 0.32.0 has no such function."""
+    which `_should_share` (0.33/0.34 v1/worker/gpu/spec_decode/eagle/utils.py) keeps: the
+    judge says so where the weights would. 0.32 has no such function."""
     original = getattr(eagle_utils, "_should_share", None)
     if original is None:
         return contextlib.nullcontext()

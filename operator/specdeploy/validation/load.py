@@ -17,6 +17,7 @@ from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIE
                                     draft_architectures)
 from specdeploy.vllm.methods import built_draft_tp
 from specdeploy.vllm.fp8_blocks import fp8_block_failures
+from specdeploy.vllm.lm_head_copy import SHARE_REFUSAL
 from specdeploy.vllm.layer_splits import layer_split_failures
 from specdeploy.vllm.parallel_layers import audited
 from specdeploy.vllm.tp_splits import (dense_mlp_failures, expert_count_failures, expert_parallel, expert_width_failures,
@@ -64,11 +65,8 @@ def _dspark_v4_head_fails(spec: SpeculativeDeploymentSpec, models: Models, draft
 
 
 def _own_lm_head_fails(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
-    """draft_lm_head_quantization quantizes a copy of the target's lm_head for a draft that shares
-    it; a draft whose checkpoint brings its own (an EAGLE-3 head of a smaller vocabulary: its
-    weights set has_own_lm_head, models/utils.py process_eagle_weight) keeps it, and vLLM raises
-    (0.33.0 v1/worker/gpu/spec_decode/eagle/utils.py load_eagle_model, 0.34.0 share_target_lm_head:
-    "draft_lm_head_quantization needs a drafter that shares the target lm_head")."""
+    """draft_lm_head_quantization needs a draft that shares the target's lm_head; a draft whose LM
+    head covers another vocabulary keeps its own, and vLLM refuses it at load (vllm/lm_head_copy.py)."""
     quantization = spec.draft.speculative_config.get("draft_lm_head_quantization")
     target, draft = models.target, models.draft
     if (quantization is None or "draft_lm_head_quantization" not in facts.speculative_fields or draft is None
@@ -79,9 +77,8 @@ def _own_lm_head_fails(spec: SpeculativeDeploymentSpec, models: Models, facts: V
         return []
     return [error("draft-load-fails", f"{SPECULATIVE_CONFIG}.draft_lm_head_quantization",
                   f"the draft's LM head covers its own vocabulary of {head} (the target's is {target.vocab_size}), so vLLM "
-                  f"keeps the draft's lm_head and refuses draft_lm_head_quantization at model load (v1/worker/gpu/"
-                  f"spec_decode/eagle/utils.py: \"draft_lm_head_quantization needs a drafter that shares the target "
-                  f"lm_head\"). Leave draft_lm_head_quantization unset for this draft", LOAD)]
+                  f"keeps the draft's lm_head and refuses draft_lm_head_quantization at model load ({SHARE_REFUSAL}). "
+                  f"Leave draft_lm_head_quantization unset for this draft", LOAD)]
 
 
 def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None,

@@ -173,7 +173,10 @@ LAYER_SPLITS: tuple[LayerSplit, ...] = (
     LayerSplit("time-conditioned norm (ada_rms_norm_t_cond_dim)", frozenset({"MistralForCausalLM"}),
                (f"{_MODELS}mistral.py::MistralDecoderLayer.ada_rms_norm_t_cond",),
                lambda c: config_int(c, ("ada_rms_norm_t_cond_dim",)) if c.get("ada_rms_norm_t_cond") else None),
-    # 0.34.0: DeepSeek-V4's grouped output projection divides its groups.
+    # DeepSeek-V4's grouped output projection: its first half splits o_groups × o_lora_rank, and
+    # from 0.34.0 (common/grouped_wo_a.py) divides the groups themselves.
+    LayerSplit("attention output projection (o_groups × o_lora_rank)", frozenset({"DeepseekV4ForCausalLM", "DeepSeekV4MTPModel"}),
+               ("vllm/models/deepseek_v4/attention.py::DeepseekV4Attention.wo_a",), _product("o_lora_rank", "o_groups")),
     LayerSplit("attention output groups (o_groups)", frozenset({"DeepseekV4ForCausalLM", "DeepSeekV4MTPModel"}),
                ("vllm/models/deepseek_v4/common/grouped_wo_a.py::DeepseekV4GroupedWoA.n_local_groups",), _key("o_groups")),
 )

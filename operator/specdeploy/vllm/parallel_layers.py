@@ -8,6 +8,7 @@ records each parallel layer built, the width it splits and where it stands (file
 from __future__ import annotations
 
 import json
+from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ COVERAGE: tuple[tuple[str, str], ...] = (
     ("*::*Attention.q_proj", HEADS), ("*::*Attention.q_b_proj", HEADS), ("*::*Attention.kv_b_proj", HEADS),
     ("*::*Attention.g_proj", HEADS), ("*::*Attention.wq_b", HEADS), ("*::*DecoderLayer.qkv_proj", HEADS),
     ("*::MultiHeadLatentAttention.*", HEADS),
-    ("*/deepseek_v4/attention.py::DeepseekV4Attention.wo_*", HEADS),
+    ("*/deepseek_v4/attention.py::DeepseekV4Attention.wo_*", LAYERS),
     ("*/kda.py::KimiK3DeltaAttention.*", LAYERS), ("*::KimiGatedDeltaNetAttention.*", LAYERS),
     ("*::QwenGatedDeltaNetAttention.*", GDN),
     ("*/grouped_wo_a.py::DeepseekV4GroupedWoA.*", LAYERS),
@@ -141,8 +142,6 @@ def coverage(key: str, record: dict[str, Any]) -> str | None:
     """The rule (or reason) COVERAGE gives an audited site or build; a replicated layer
     (disable_tp=True), a vocabulary split or the routed experts are covered whatever their
     class. None: nothing covers it (a gap to close before the release is supported)."""
-    from fnmatch import fnmatchcase
-
     layer, split = record.get("layer", ""), " ".join(record.get("split", ()))
     if record.get("disable_tp") == "True":
         return "none: replicated (disable_tp=True)"
