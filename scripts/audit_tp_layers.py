@@ -391,13 +391,19 @@ def audit() -> dict[str, Any]:
             "architectures": architectures, "sites": dict(sorted(sites.items())), "builds": dict(sorted(builds.items()))}
 
 
+def render(data: dict[str, Any]) -> str:
+    """The committed file's text."""
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the committed data differs")
+    parser.add_argument("--output", type=Path, help="write here instead of the committed file")
     args = parser.parse_args()
     data = audit()
-    path = audit_path(data["vllm_version"])
-    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    path = args.output or audit_path(data["vllm_version"])
+    text = render(data)
     if args.check:
         same = path.is_file() and path.read_text(encoding="utf-8") == text
         print(f"{path}: {'up to date' if same else 'STALE (rerun without --check)'}")

@@ -74,6 +74,7 @@ class LayerSplit:
     splits: Callable[[int, int], bool] = _divides
     padding: int = 1  # the width is first rounded up to a multiple of this (the vocabulary's 64)
     needs: str = "divisible by"
+    since: str = "0.32.0"  # the first release that builds the layer (the audit then must reach it)
 
 
 _QWEN_SHARED = "shared expert (shared_expert_intermediate_size)"
@@ -116,7 +117,7 @@ LAYER_SPLITS: tuple[LayerSplit, ...] = (
     LayerSplit("shared experts (moe_intermediate_size × n_shared_experts)", frozenset({"DeepseekV4ForCausalLM", "DeepSeekV4MTPModel"}),
                ("vllm/models/deepseek_v4/nvidia/model.py::DeepseekV4MoE.shared_experts->DeepseekV4MLP",),
                _product("moe_intermediate_size", "n_shared_experts")),
-    LayerSplit("shared experts (moe_intermediate_size × moe_num_shared_experts)", frozenset({"Ernie4_5_MoeForCausalLM", "ErnieMTPModel"}),
+    LayerSplit("shared experts (moe_intermediate_size × moe_num_shared_experts)", frozenset({"Ernie4_5_MoeForCausalLM"}),
                (f"{_MODELS}ernie45_moe.py::Ernie4_5_MoeMoE.shared_experts->Ernie4_5_MoeMLP",),
                _product("moe_intermediate_size", "moe_num_shared_experts")),
     LayerSplit("shared experts (moe_intermediate_size × num_shared_experts)", frozenset({"KimiK3ForConditionalGeneration", "KimiK3MTPModel"}),
@@ -130,6 +131,9 @@ LAYER_SPLITS: tuple[LayerSplit, ...] = (
     LayerSplit("shared experts (moe_shared_expert_intermediate_size)", frozenset({"NemotronHForCausalLM", "NemotronHMTPModel"}),
                (f"{_MODELS}nemotron_h.py::NemotronHMoE.shared_experts->NemotronHMLP",),
                _key("moe_shared_expert_intermediate_size")),
+    # ERNIE-4.5's MTP layer is a dense Llama decoder layer, whatever the target's layers are.
+    LayerSplit("MTP layer's dense MLP (intermediate_size)", frozenset({"ErnieMTPModel"}),
+               (f"{_MODELS}ernie_mtp.py::ErnieMultiTokenPredictorLayer.mtp_block->LlamaDecoderLayer",), _key("intermediate_size")),
     # Llama-4's dense layers (every layer off interleave_moe_layer_step) use their own width.
     LayerSplit("dense MLP (intermediate_size_mlp)", frozenset({"Llama4ForConditionalGeneration", "Llama4ForCausalLM"}),
                (f"{_MODELS}llama4.py::Llama4DecoderLayer.feed_forward->LlamaMLP",),
@@ -178,7 +182,8 @@ LAYER_SPLITS: tuple[LayerSplit, ...] = (
     LayerSplit("attention output projection (o_groups × o_lora_rank)", frozenset({"DeepseekV4ForCausalLM", "DeepSeekV4MTPModel"}),
                ("vllm/models/deepseek_v4/attention.py::DeepseekV4Attention.wo_a",), _product("o_lora_rank", "o_groups")),
     LayerSplit("attention output groups (o_groups)", frozenset({"DeepseekV4ForCausalLM", "DeepSeekV4MTPModel"}),
-               ("vllm/models/deepseek_v4/common/grouped_wo_a.py::DeepseekV4GroupedWoA.n_local_groups",), _key("o_groups")),
+               ("vllm/models/deepseek_v4/common/grouped_wo_a.py::DeepseekV4GroupedWoA.n_local_groups",), _key("o_groups"),
+               since="0.34.0"),
 )
 
 

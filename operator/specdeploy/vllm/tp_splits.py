@@ -191,19 +191,29 @@ _DENSE_MLP = ("model_executor/layers/linear.py MergedColumnParallelLinear.__init
               "output size % tp_size == 0) and RowParallelLinear.__init__ (down_proj: divide(input_size, tp_size))")
 
 
+def _has_dense_layers(config: Mapping[str, Any]) -> bool:
+    """Whether the model builds a dense MLP: no experts, or MoE layers that leave some layers dense
+    (DeepSeek's first_k_dense_replace, Qwen-MoE's mlp_only_layers and decoder_sparse_step, ERNIE-4.5's
+    moe_layer_start_index / moe_layer_end_index / moe_layer_interval: ernie45_moe.py
+    Ernie4_5_MoeDecoderLayer.__init__)."""
+    def key(name: str, default: int) -> int:
+        return config_int(config, (name,), default) or 0
+
+    layers = key("num_hidden_layers", 0)
+    return (not experts_and_width(config)[0] or key("first_k_dense_replace", 0) > 0 or bool(config.get("mlp_only_layers"))
+            or key("decoder_sparse_step", 1) > 1 or key("moe_layer_start_index", 0) > 0 or key("moe_layer_interval", 1) > 1
+            or 0 < layers and key("moe_layer_end_index", layers - 1) < layers - 1)
+
+
 def dense_mlp_failures(config: Mapping[str, Any], tp: int) -> list[str]:
     """Every dense MLP layer splits intermediate_size over TP (gate_up_proj and down_proj), in
     any architecture, EAGLE heads included: a dense model's, a MoE's leading dense layers
     (first_k_dense_replace), a Qwen-MoE's mlp_only_layers or off-step layers. A MoE whose every
     layer is sparse builds no dense MLP, whatever its intermediate_size. Built on the meta device:
-    Qwen3-8B with intermediate_size 12300 builds at TP 4 and fails at TP 8."""
+    Qwen3-8B with intermediate_size 12300 builds at TP 4 and fails at TP 8, and so does an
+    ERNIE-4.5-MoE whose first layer is dense (moe_layer_start_index 1)."""
     width = config_int(config, ("intermediate_size",))
-    if not width or width % tp == 0:
-        return []
-    experts = experts_and_width(config)[0]
-    dense_layers = (not experts or (config_int(config, ("first_k_dense_replace",), 0) or 0) > 0
-                    or bool(config.get("mlp_only_layers")) or (config_int(config, ("decoder_sparse_step",), 1) or 1) > 1)
-    if not dense_layers:
+    if not width or width % tp == 0 or not _has_dense_layers(config):
         return []
     return [f"mlp: the dense MLP's intermediate_size {width} is not divisible by TP {tp} ({_DENSE_MLP})"]
 
