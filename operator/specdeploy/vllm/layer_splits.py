@@ -166,7 +166,7 @@ LAYER_SPLITS: tuple[LayerSplit, ...] = (
                (f"{_MODELS}llama_eagle3.py::Eagle3LlamaForCausalLM.lm_head",), _draft_vocab, padding=VOCAB_PADDING),
     LayerSplit("LM head (draft_vocab_size)", frozenset({"Eagle3Qwen3ForCausalLM"}),
                (f"{_MODELS}qwen3_eagle3.py::Eagle3Qwen3ForCausalLM.lm_head",), _draft_vocab, padding=VOCAB_PADDING),
-    LayerSplit("LM head (draft_vocab_size)", frozenset({"DFlashDraftModel", "DFlashQwen3ForCausalLM", "Qwen3DSparkModel"}),
+    LayerSplit("LM head (draft_vocab_size)", frozenset({"DFlashDraftModel", "Qwen3DSparkModel"}),
                (f"{_MODELS}qwen3_dflash.py::DFlashQwen3ForCausalLM.lm_head",), _draft_vocab, padding=VOCAB_PADDING),
     LayerSplit("Medusa LM head (truncated_vocab_size)", frozenset({"MedusaModel"}),
                (f"{_MODELS}medusa.py::Medusa.lm_head",), _key("truncated_vocab_size", "vocab_size"), padding=VOCAB_PADDING),

@@ -34,10 +34,9 @@ AUDITED_ARCHITECTURES = frozenset({
     "Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
     "Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration", "Gemma3ForConditionalGeneration",
     "Llama4ForConditionalGeneration", "Mistral3ForConditionalGeneration",
-    # drafts: EAGLE, EAGLE-3, DFlash, DSpark heads, Medusa, MLP speculator
+    # drafts: EAGLE, EAGLE-3, DFlash, DSpark heads, Medusa (vLLM registers no MLP speculator class)
     "EagleLlamaForCausalLM", "Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "Eagle3Qwen3ForCausalLM",
-    "DFlashDraftModel", "DFlashQwen3ForCausalLM", "Qwen3DSparkModel", "K3DSparkModel", "DSparkDraftModel",
-    "MedusaModel", "MLPSpeculatorPreTrainedModel",
+    "DFlashDraftModel", "Qwen3DSparkModel", "K3DSparkModel", "DSparkDraftModel", "MedusaModel",
     # MTP modules of the targets above
     "DeepSeekMTPModel", "DeepseekV32MTPModel", "DeepSeekV4MTPModel", "KimiK3MTPModel", "Qwen3NextMTP",
     "Qwen3_5MTP", "Qwen3_5MoeMTP", "ErnieMTPModel", "NemotronHMTPModel",
