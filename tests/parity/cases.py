@@ -32,6 +32,30 @@ def configs() -> dict[str, dict[str, Any]]:
     # through its Transformers backend, or refuses the EAGLE-renamed name).
     for name in NO_ARCHITECTURES:
         out[f"{name}-no-architectures"] = {k: v for k, v in out[name].items() if k != "architectures"}
+    return {**out, **held_out_configs(out)}
+
+
+HELD_OUT = FIXTURES / "held-out-splits.json"
+
+
+def held_out_entries() -> dict[str, dict[str, Any]]:
+    """The held-out sub-module cases (tests/fixtures/held-out-splits.json), by name."""
+    return {k: v for k, v in json.loads(HELD_OUT.read_text()).items() if not k.startswith("_")}
+
+
+def held_out_configs(fixtures: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each held-out config: its base fixture with `set` applied at `section` (or a whole `config`)."""
+    out = {}
+    for name, entry in held_out_entries().items():
+        if "config" in entry:
+            out[name] = entry["config"]
+            continue
+        config = json.loads(json.dumps(fixtures[entry["base"]]))
+        place = config
+        for key in entry.get("section", ()):
+            place = place[key]
+        place.update(entry["set"])
+        out[name] = config
     return out
 
 
@@ -267,4 +291,30 @@ def grid() -> list[Case]:
         cases += [Case(target, draft, method, k, tp, None, tuple(sorted(extra.items()))) for tp in (1, 2)]
     for target, draft, method, tps, draft_tp in LOAD_SPLIT_CASES:
         cases += [Case(target, draft, method, _k(method, None), tp, draft_tp) for tp in tps]
+    return cases + held_out_grid()
+
+
+# Pairs of held-out configs, and draft_lm_head_quantization where the GPU path decides (the draft
+# must share the target's lm_head; VERSION_CASES holds the EAGLE-3 head of its own vocabulary).
+HELD_OUT_PAIRS: tuple[tuple[str, str, str, tuple[int, ...], dict[str, Any]], ...] = (
+    ("llama-24-heads-6-kv", "eagle3-24-heads-vocab-32000", "eagle3", (2, 3, 6), {}),
+    (LLAMA8, "eagle3-llama3-8b-full-vocab", "eagle3", (1, 2), {"draft_lm_head_quantization": "fp8"}),
+    (LLAMA8, "SafeAILab__EAGLE-LLaMA3-Instruct-8B", "eagle", (1,), {"draft_lm_head_quantization": "nvfp4"}),
+    ("deepseek-ai__DeepSeek-V3", None, "mtp", (8,), {"draft_lm_head_quantization": "fp8"}),
+)
+
+
+def held_out_grid() -> list[Case]:
+    """Issue 30 item 5's held-out grid: every layer a sub-module (shared experts, MTP layers,
+    vision projectors and adapters, mixers, draft heads' LM heads) splits over TP, at a TP where
+    vLLM builds it and one where it fails (tests/fixtures/held-out-splits.json says which)."""
+    cases = []
+    for name, entry in held_out_entries().items():
+        method = entry["method"]
+        cases += [Case(name, None, method, _k(method, None), tp, None) for tp in entry["tps"]]
+    # without their MTP layers, both build
+    cases += [Case(name, None, "ngram", 4, 8, None) for name in ("qwen3.6-27b-hidden-5124", "ernie-4.5-moe-all-sparse-mtp-12300")]
+    for target, draft, method, tps, extra in HELD_OUT_PAIRS:
+        k = 1 if method == "mtp" else 3
+        cases += [Case(target, draft, method, k, tp, tp if draft else None, tuple(sorted(extra.items()))) for tp in tps]
     return cases

@@ -32,6 +32,9 @@ class GpuProduct:
     # nvidia.com/gpu.product: the driver's name with spaces as dashes; AMD's node labeller's
     # amd.com/gpu.product-name), one per board form the key covers (SXM, PCIe, ...).
     node_products: tuple[str, ...] = ()
+    # NVIDIA's CUDA compute capability (major*10 + minor; None for AMD): which of vLLM's kernels
+    # the GPU can run (planning/placement.py lm_head_copy_findings).
+    compute_capability: int | None = None
 
 
 _A100 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (SXM)"
@@ -51,18 +54,18 @@ _PCIE4 = 64.0  # PCIe Gen4 x16, both directions
 CATALOG: dict[str, GpuProduct] = {
     p.key.lower(): p
     for p in (
-        GpuProduct("A100-40GB", 40.0, "nvidia", Roofline(1555, 312, 312, 600, _A100), node_products=("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB")),
-        GpuProduct("A100-80GB", 80.0, "nvidia", Roofline(2039, 312, 312, 600, _A100), node_products=("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe")),
-        GpuProduct("H100-80GB", 80.0, "nvidia", Roofline(3350, 989, 1979, 900, _H100 + " (SXM)"), node_products=("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe")),
-        GpuProduct("H100-94GB", 94.0, "nvidia", Roofline(3900, 835, 1671, 600, _H100 + " (NVL)"), node_products=("NVIDIA-H100-NVL",)),
-        GpuProduct("H200-141GB", 141.0, "nvidia", Roofline(4800, 989, 1979, 900, _H200), node_products=("NVIDIA-H200", "NVIDIA-H200-NVL")),
-        GpuProduct("H20-96GB", 96.0, "nvidia", Roofline(4000, 148, 296, 900, _H20), node_products=("NVIDIA-H20",)),
-        GpuProduct("L4-24GB", 24.0, "nvidia", Roofline(300, 121, 242.5, _PCIE4, _L4), node_products=("NVIDIA-L4",)),
-        GpuProduct("L40S-48GB", 48.0, "nvidia", Roofline(864, 362, 733, _PCIE4, _L40S), node_products=("NVIDIA-L40S",)),
-        GpuProduct("A10G-24GB", 24.0, "nvidia", node_products=("NVIDIA-A10G",)),
-        GpuProduct("B200-180GB", 180.0, "nvidia", Roofline(8000, 2250, 4500, 1800, _HGX_B), node_products=("NVIDIA-B200",)),
-        GpuProduct("B300-288GB", 288.0, "nvidia", Roofline(8000, 2250, 4500, 1800, _HGX_B), node_products=("NVIDIA-B300-SXM6-AC",)),
-        GpuProduct("GB200-186GB", 186.0, "nvidia", Roofline(8000, 2500, 5000, 1800, _GB200), node_products=("NVIDIA-GB200",)),
+        GpuProduct("A100-40GB", 40.0, "nvidia", Roofline(1555, 312, 312, 600, _A100), node_products=("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB"), compute_capability=80),
+        GpuProduct("A100-80GB", 80.0, "nvidia", Roofline(2039, 312, 312, 600, _A100), node_products=("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"), compute_capability=80),
+        GpuProduct("H100-80GB", 80.0, "nvidia", Roofline(3350, 989, 1979, 900, _H100 + " (SXM)"), node_products=("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"), compute_capability=90),
+        GpuProduct("H100-94GB", 94.0, "nvidia", Roofline(3900, 835, 1671, 600, _H100 + " (NVL)"), node_products=("NVIDIA-H100-NVL",), compute_capability=90),
+        GpuProduct("H200-141GB", 141.0, "nvidia", Roofline(4800, 989, 1979, 900, _H200), node_products=("NVIDIA-H200", "NVIDIA-H200-NVL"), compute_capability=90),
+        GpuProduct("H20-96GB", 96.0, "nvidia", Roofline(4000, 148, 296, 900, _H20), node_products=("NVIDIA-H20",), compute_capability=90),
+        GpuProduct("L4-24GB", 24.0, "nvidia", Roofline(300, 121, 242.5, _PCIE4, _L4), node_products=("NVIDIA-L4",), compute_capability=89),
+        GpuProduct("L40S-48GB", 48.0, "nvidia", Roofline(864, 362, 733, _PCIE4, _L40S), node_products=("NVIDIA-L40S",), compute_capability=89),
+        GpuProduct("A10G-24GB", 24.0, "nvidia", node_products=("NVIDIA-A10G",), compute_capability=86),
+        GpuProduct("B200-180GB", 180.0, "nvidia", Roofline(8000, 2250, 4500, 1800, _HGX_B), node_products=("NVIDIA-B200",), compute_capability=100),
+        GpuProduct("B300-288GB", 288.0, "nvidia", Roofline(8000, 2250, 4500, 1800, _HGX_B), node_products=("NVIDIA-B300-SXM6-AC",), compute_capability=103),
+        GpuProduct("GB200-186GB", 186.0, "nvidia", Roofline(8000, 2500, 5000, 1800, _GB200), node_products=("NVIDIA-GB200",), compute_capability=100),
         GpuProduct("MI300X-192GB", 192.0, "amd", Roofline(5300, 1307.4, 2614.9, 896, _MI300X), node_products=("AMD_Instinct_MI300X_OAM",)),
         GpuProduct("MI325X-256GB", 256.0, "amd", Roofline(6000, 1307.4, 2614.9, 896, _MI325X), node_products=("AMD_Instinct_MI325X_OAM",)),
         GpuProduct("MI355X-288GB", 288.0, "amd", node_products=("AMD_Instinct_MI355X_OAM",)),

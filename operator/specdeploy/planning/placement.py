@@ -12,10 +12,12 @@ reserve over gpuMemoryUtilization, the least memory on which vLLM's start-up che
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from specdeploy.findings import Finding, Stage, cut, did_you_mean, error, near_misses
 from specdeploy.planning.gpus import MEMORY_MIB_LABELS, PRODUCT_LABELS, RESOURCE_NAMES, GpuProduct
 from specdeploy.planning.plan import MemoryEstimate, Placement
+from specdeploy.vllm.lm_head_copy import COPY_SOURCE, LM_HEAD_COPY_KERNELS
 from specdeploy.vllm.versions import DEFAULT_VERSION, image_accelerator
 
 
@@ -91,3 +93,20 @@ def resource_findings(explicit: str | None, product: GpuProduct | None) -> list[
 
 def example_image(accelerator: str) -> str:
     return f"vllm/vllm-openai{'-rocm' if accelerator == 'rocm' else ''}:v{DEFAULT_VERSION}"
+
+
+def lm_head_copy_findings(quantization: Any, vendor: str | None, product: GpuProduct | None) -> list[Finding]:
+    """The quantized lm_head copy needs a kernel this GPU has (vllm/lm_head_copy.py)."""
+    if quantization not in LM_HEAD_COPY_KERNELS or vendor is None:
+        return []
+    least_sm, on_amd = LM_HEAD_COPY_KERNELS[quantization]
+    if vendor == "amd" and not on_amd:
+        why = "ROCm has no weight-only NVFP4 kernel (Marlin FP4 needs CUDA SM75+)"
+    elif vendor == "nvidia" and product is not None and (product.compute_capability or least_sm) < least_sm:
+        why = f"{product.key} is SM{product.compute_capability}; the {quantization} lm_head kernel needs SM{least_sm}+"
+    else:
+        return []
+    return [error("draft-load-fails", "spec.draft.speculativeConfig.draft_lm_head_quantization",
+                  f"draft_lm_head_quantization {quantization} quantizes a copy of the target's lm_head when the draft "
+                  f"loads, and {why} (vLLM {COPY_SOURCE}): the pod would fail "
+                  f"at model load. Leave draft_lm_head_quantization unset or choose another GPU", Stage.LOAD)]

@@ -26,7 +26,8 @@ from specdeploy.planning.memory import (
 )
 from specdeploy.planning.batch import BatchLimits, batch_limits
 from specdeploy.planning.compute import layout_compute
-from specdeploy.planning.placement import accelerator_findings, plan_placement, resource_findings, vendor_of
+from specdeploy.planning.placement import (accelerator_findings, lm_head_copy_findings, plan_placement, resource_findings,
+                                           vendor_of)
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import built_draft_tp
@@ -70,14 +71,17 @@ def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, lis
 
 
 def device_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
-    """The resource name and the image against the GPU they will run on (nvidia.com/gpus, a
-    CUDA build on AMD's): each fails only at deploy time, so they are judged whatever the models."""
+    """The resource name, the image and the kernels the speculative config asks of the GPU they
+    will run on (nvidia.com/gpus, a CUDA build on AMD's, an lm_head copy's fp8): each fails only at
+    deploy time or load, so they are judged whatever the models."""
     product, unknown = gpu_product(spec)
     if unknown:
         return []  # the product's own finding says it
     explicit = spec.resources.gpu.resource_name
+    vendor = vendor_of(resource_name(explicit, product), product)
+    quantization = spec.draft.speculative_config.get("draft_lm_head_quantization")
     return resource_findings(explicit, product) or \
-        accelerator_findings(spec.image, vendor_of(resource_name(explicit, product), product))
+        accelerator_findings(spec.image, vendor) + lm_head_copy_findings(quantization, vendor, product)
 
 
 def _gpu_memory_gib(spec: SpeculativeDeploymentSpec, product: GpuProduct | None,

@@ -78,7 +78,10 @@ CPU_ONLY_FAILURES = ("requires a CUDA device", "is not implemented on CPU", "is 
                      "only supported on CUDA and ROCm",
                      # Expert parallel's expert map (fused_moe determine_expert_map) takes torch.nonzero,
                      # which the meta device cannot compute: no verdict rather than a false refusal.
-                     "register_meta function for torch.nonzero()")
+                     "register_meta function for torch.nonzero()",
+                     # draft_lm_head_quantization nvfp4's weight-only kernel (Marlin FP4) needs CUDA
+                     # SM75+ (0.33/0.34 marlin_utils_fp4.py is_fp4_marlin_supported): the CPU cannot say.
+                     "Marlin FP4 not available")
 # Launch flags of a multi-node pod; one process judges rank 0 (render/pod.py adds them).
 _LAUNCH_FLAGS = {"--nnodes": 1, "--node-rank": 1, "--master-addr": 1, "--master-port": 1, "--headless": 0,
                  "--distributed-executor-backend": 1}
@@ -678,6 +681,7 @@ def _load_draft(model: Any, config: Any, stack: ExitStack) -> Any:
 
         for module in (eagle_utils, dflash_utils, model_loader):
             stack.enter_context(mock.patch.object(module, "get_model", build))
+        stack.enter_context(_shim_gpu_own_lm_head(eagle_utils))
         if spec.use_dflash():
             return dflash_utils.load_dflash_model(model, config)
         if spec.use_dspark():
@@ -690,6 +694,25 @@ def _load_draft(model: Any, config: Any, stack: ExitStack) -> Any:
         speculator = SimpleNamespace(speculative_config=spec, vllm_config=config, draft_model_config=spec.draft_model_config)
         return standalone.StandaloneARSpeculator.load_draft_model(speculator, model, set())
     return None  # heads without a KV cache of their own, built by the target's runner
+
+
+def _shim_gpu_own_lm_head(eagle_utils: Any) -> Any:
+    """On a GPU the draft's weights load before it shares the target's lm_head, and a checkpoint
+    holding an lm_head sets has_own_lm_head (models/utils.py process_eagle_weight); the meta build
+    loads no weights. An LM head of another vocabulary than the target's is the checkpoint's own,
+    which `_should_share` (0.33/0.34 v1/worker/gpu/spec_decode/eagle/utils.py) keeps: the
+    judge says so where the weights would. 0.32 has no such function."""
+    original = getattr(eagle_utils, "_should_share", None)
+    if original is None:
+        return contextlib.nullcontext()
+
+    def should_share(eagle: Any, flag: str, draft: Any, target: Any) -> bool:
+        sizes = {getattr(head, "org_vocab_size", None) for head in (draft, target)}
+        if flag == "has_own_lm_head" and draft is not None and target is not None and len(sizes) > 1:
+            return False
+        return original(eagle, flag, draft, target)
+
+    return mock.patch.object(eagle_utils, "_should_share", should_share)
 
 
 @contextmanager

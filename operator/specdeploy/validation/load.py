@@ -12,14 +12,19 @@ from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry, Models
 from specdeploy.findings import Finding, Stage, error, warning
 from specdeploy.validation.rules import DRAFT_TP_FIELD, TP_FIELD, check_model_tp
+from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIELDS, MARKOV_RANK_DSPARK_ARCHITECTURES,
                                     draft_architectures)
 from specdeploy.vllm.methods import built_draft_tp
 from specdeploy.vllm.fp8_blocks import fp8_block_failures
+from specdeploy.vllm.lm_head_copy import SHARE_REFUSAL
+from specdeploy.vllm.layer_splits import layer_split_failures
+from specdeploy.vllm.parallel_layers import audited
 from specdeploy.vllm.tp_splits import (dense_mlp_failures, expert_count_failures, expert_parallel, expert_width_failures,
                                         gated_delta_net_failures, tp_split_failures, vocab_failures)
 
 LOAD = Stage.LOAD
+SPECULATIVE_CONFIG = "spec.draft.speculativeConfig"
 
 
 def _dspark_class(draft: Geometry) -> str | None:
@@ -59,8 +64,31 @@ def _dspark_v4_head_fails(spec: SpeculativeDeploymentSpec, models: Models, draft
                   f"or another method", LOAD)]
 
 
-def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
+def _own_lm_head_fails(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
+    """draft_lm_head_quantization needs a draft that shares the target's lm_head; a draft whose LM
+    head covers another vocabulary keeps its own, and vLLM refuses it at load (vllm/lm_head_copy.py)."""
+    quantization = spec.draft.speculative_config.get("draft_lm_head_quantization")
+    target, draft = models.target, models.draft
+    if (quantization is None or "draft_lm_head_quantization" not in facts.speculative_fields or draft is None
+            or draft is target or not spec.draft.speculative_method.shares_target_embeddings):
+        return []
+    head = draft.draft_vocab_size or draft.vocab_size
+    if not head or head == target.vocab_size:
+        return []
+    return [error("draft-load-fails", f"{SPECULATIVE_CONFIG}.draft_lm_head_quantization",
+                  f"the draft's LM head covers its own vocabulary of {head} (the target's is {target.vocab_size}), so vLLM "
+                  f"keeps the draft's lm_head and refuses draft_lm_head_quantization at model load ({SHARE_REFUSAL}). "
+                  f"Leave draft_lm_head_quantization unset for this draft", LOAD)]
+
+
+def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None,
+                    facts: VllmFacts) -> list[Finding]:
     """Load failures independent of the layout."""
+    return _own_lm_head_fails(spec, models, facts) + _dspark_load_fails(spec, models, draft_config)
+
+
+def _dspark_load_fails(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
+    """A DSpark draft's class reads fields its config must hold."""
     target, draft = models.target, models.draft
     if not spec.draft.speculative_method.builds_dspark_head:
         return []
@@ -89,38 +117,64 @@ _DRAFT_BUILD = ("vLLM builds the draft's layers with the target's tensor-paralle
                 "the draft's TP, but every parallel layer reads get_tensor_model_parallel_world_size())")
 
 
+def _registered(architectures: list[str], version: str) -> str | None:
+    """The architecture vLLM builds: the first its audit knows (else the first named)."""
+    return next((a for a in architectures if audited(version, a)), architectures[0] if architectures else None)
+
+
 def _split_failures(model: Geometry, architectures: list[str], tp: int, who: str, field: str,
-                    ep: bool = False) -> list[Finding]:
+                    ep: bool, version: str) -> list[Finding]:
     """Sizes the model's layers divide by TP that this TP does not divide: its class's
-    (vllm/tp_splits.py), its dense MLP's width, its experts' count and width (the width unless
-    `ep`: expert parallel keeps experts whole),
-    and its FP8 weight blocks (vllm/fp8_blocks.py)."""
-    reasons = tp_split_failures(tuple(architectures), model.text_config, {"vision_config": model.vision_config}, tp)
+    (vllm/tp_splits.py), its sub-modules' (vllm/layer_splits.py: shared experts, projectors,
+    mixers, draft heads' LM heads), its dense MLP's width, its experts' count and width (the width
+    unless `ep`: expert parallel keeps experts whole), and its FP8 weight blocks (vllm/fp8_blocks.py)."""
+    archs = tuple(architectures)
+    reasons = tp_split_failures(archs, model.text_config, {"vision_config": model.vision_config}, tp)
     name = architectures[0] if architectures else model.model_type
-    layers = (vocab_failures(model.vocab_size, tp) + gated_delta_net_failures(tuple(architectures), model.text_config, tp)
-              + expert_count_failures(tuple(architectures), model.text_config, tp)
+    layers = (vocab_failures(model.vocab_size, tp) + gated_delta_net_failures(archs, model.text_config, tp)
+              + expert_count_failures(archs, model.text_config, tp)
               + dense_mlp_failures(model.text_config, tp)
-              + ([] if ep else expert_width_failures(model.text_config, tp))
+              + ([] if ep else expert_width_failures(model.text_config, tp, archs))
+              + layer_split_failures(_registered(architectures, version), model.text_config, tp, version)
               + fp8_block_failures(model.text_config, model.quantization, tp, ep))
     reasons += [f"{name}'s {reason}" for reason in layers]
+    return _load_fails(who, field, tp, reasons)
+
+
+def _load_fails(who: str, field: str, tp: int, reasons: list[str]) -> list[Finding]:
     return [error(f"{who}-load-fails", field,
                   f"vLLM accepts TP {tp} for the {who} but cannot build it: {reason}; the pod would fail at model "
                   f"load. Choose a tensor parallel size that divides it", LOAD) for reason in reasons]
 
 
+def _mtp_failures(models: Models, tp: int, version: str, target_reasons: list[Finding]) -> list[Finding]:
+    """The MTP layers vLLM builds from the target (its MTP module, at the target's TP): the widths
+    only they split (an MTP layer's input projection), beyond the target's own."""
+    module = models.target.mtp
+    if module is None or module.refusal:
+        return []
+    seen = {f.message for f in target_reasons}
+    reasons = [f"its MTP module {module.architecture}'s {reason}"
+               for reason in layer_split_failures(module.architecture, models.target.text_config, tp, version)]
+    return [f for f in _load_fails("draft", TP_FIELD, tp, reasons) if f.message not in seen]
+
+
 def check_load_layout(spec: SpeculativeDeploymentSpec, models: Models, tp: int,
-                      draft_tp: int | None) -> list[Finding]:
-    """What fails while vLLM builds this layout: the sizes the target's and the draft's classes
-    split over TP, and a draft built at the target's TP whose heads do not split there."""
+                      draft_tp: int | None, version: str) -> list[Finding]:
+    """What fails while vLLM (release `version`) builds this layout: the sizes the target's and
+    the draft's classes split over TP (the MTP module's for mtp), and a draft built at the
+    target's TP whose heads do not split there."""
     target, draft = models.target, models.draft
     ep = expert_parallel(spec.vllm.extra_args)
-    findings = _split_failures(target, list(target.architectures), tp, "target", TP_FIELD, ep)
+    findings = _split_failures(target, list(target.architectures), tp, "target", TP_FIELD, ep, version)
     method = spec.draft.speculative_method
+    if method.target_mtp_layers and draft is target:
+        return findings + _mtp_failures(models, tp, version, findings)
     built = built_draft_tp(method, tp, draft_tp)
     if draft is None or draft is target or built is None or draft_tp is None:
         return findings
     archs = draft_architectures(method.name, draft.model_type, draft.architectures)
-    findings += _split_failures(draft, archs, built, "draft", DRAFT_TP_FIELD, ep)
+    findings += _split_failures(draft, archs, built, "draft", DRAFT_TP_FIELD, ep, version)
     if built == draft_tp:
         return findings
     refusals = check_model_tp(draft, built, "draft", DRAFT_TP_FIELD)

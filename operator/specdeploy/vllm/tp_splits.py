@@ -87,7 +87,10 @@ _SIGLIP_VIT = (_tower("heads", "num_attention_heads", 12, "model_executor/models
 _LLAMA4_VIT = (_tower("heads", "num_attention_heads", 16, "model_executor/models/mllama4.py "
                       "Llama4VisionAttention.__init__ (assert num_heads % tp_size == 0)"),
                _tower("MLP", "intermediate_size", 5632, "model_executor/models/mllama4.py Llama4VisionMLP.__init__ "
-                      "(fc1 ColumnParallelLinear)"))
+                      "(fc1 ColumnParallelLinear)"),
+               _tower("pixel-shuffle adapter", "projector_input_dim", 4096, "model_executor/models/mllama4.py "
+                      "Llama4VisionPixelShuffleMLP.__init__ (a Llama4VisionMLP whose fc1 ColumnParallelLinear is "
+                      "projector_input_dim wide)"))
 _PIXTRAL_VIT = (_tower("heads", "num_attention_heads", 16, "model_executor/models/pixtral.py "
                        "PixtralHFAttention.__init__ (divide(num_attention_heads, tp_size))"),
                 _tower("MLP", "intermediate_size", 4096, "model_executor/models/pixtral.py PixtralHFMLP.__init__ "
@@ -162,13 +165,24 @@ def experts_and_width(config: Mapping[str, Any]) -> tuple[int, int]:
     return config_int(config, EXPERT_COUNT_KEYS) or 0, config_int(config, (width_key,)) or 0
 
 
-def expert_width_failures(config: Mapping[str, Any], tp: int) -> list[str]:
+# Kimi-K3's MoE pads its experts' width to a floor per rank before FusedMoE splits it
+# (models/kimi_k3/nvidia/model.py KimiMoE.__init__: padded_moe_intermediate_size, unless expert
+# parallel): a width whose share falls under min_moe_intermediate_per_partition (default 256)
+# becomes that floor × TP, which always splits.
+PADDED_EXPERT_ARCHITECTURES = frozenset({"KimiK3ForConditionalGeneration", "KimiK3MTPModel"})
+
+
+def expert_width_failures(config: Mapping[str, Any], tp: int, architectures: tuple[str, ...] = ()) -> list[str]:
     """Every FusedMoE layer splits its experts' width over TP unless expert parallel is on
-    (specdeploy never enables it; see expert_parallel) and asserts it splits whole, whatever the
-    architecture or quantization. Built on the meta device: a Qwen3-MoE with 1100-wide experts
-    builds at TP 4 and fails at TP 8 with an AssertionError."""
+    (see expert_parallel) and asserts it splits whole, whatever the architecture or
+    quantization. Built on the meta device: a Qwen3-MoE with 1100-wide experts builds at TP 4 and
+    fails at TP 8 with an AssertionError; Kimi-K3 with 3000-wide experts builds at TP 16 (padded
+    to 256 per rank) and one of 3004 fails at TP 8 (375.5 per rank is above the floor)."""
     experts, width = experts_and_width(config)
     if not experts or not width or width % tp == 0:
+        return []
+    floor = config_int(config, ("min_moe_intermediate_per_partition",), 256) or 0
+    if PADDED_EXPERT_ARCHITECTURES & set(architectures) and width // tp < floor:
         return []
     return [f"mlp.experts: the experts' width {width} is not divisible by TP {tp} ({_EXPERT_WIDTH})"]
 
@@ -177,19 +191,29 @@ _DENSE_MLP = ("model_executor/layers/linear.py MergedColumnParallelLinear.__init
               "output size % tp_size == 0) and RowParallelLinear.__init__ (down_proj: divide(input_size, tp_size))")
 
 
+def _has_dense_layers(config: Mapping[str, Any]) -> bool:
+    """Whether the model builds a dense MLP: no experts, or MoE layers that leave some layers dense
+    (DeepSeek's first_k_dense_replace, Qwen-MoE's mlp_only_layers and decoder_sparse_step, ERNIE-4.5's
+    moe_layer_start_index / moe_layer_end_index / moe_layer_interval: ernie45_moe.py
+    Ernie4_5_MoeDecoderLayer.__init__)."""
+    def key(name: str, default: int) -> int:
+        return config_int(config, (name,), default) or 0
+
+    layers = key("num_hidden_layers", 0)
+    return (not experts_and_width(config)[0] or key("first_k_dense_replace", 0) > 0 or bool(config.get("mlp_only_layers"))
+            or key("decoder_sparse_step", 1) > 1 or key("moe_layer_start_index", 0) > 0 or key("moe_layer_interval", 1) > 1
+            or 0 < layers and key("moe_layer_end_index", layers - 1) < layers - 1)
+
+
 def dense_mlp_failures(config: Mapping[str, Any], tp: int) -> list[str]:
     """Every dense MLP layer splits intermediate_size over TP (gate_up_proj and down_proj), in
     any architecture, EAGLE heads included: a dense model's, a MoE's leading dense layers
     (first_k_dense_replace), a Qwen-MoE's mlp_only_layers or off-step layers. A MoE whose every
     layer is sparse builds no dense MLP, whatever its intermediate_size. Built on the meta device:
-    Qwen3-8B with intermediate_size 12300 builds at TP 4 and fails at TP 8."""
+    Qwen3-8B with intermediate_size 12300 builds at TP 4 and fails at TP 8, and so does an
+    ERNIE-4.5-MoE whose first layer is dense (moe_layer_start_index 1)."""
     width = config_int(config, ("intermediate_size",))
-    if not width or width % tp == 0:
-        return []
-    experts = experts_and_width(config)[0]
-    dense_layers = (not experts or (config_int(config, ("first_k_dense_replace",), 0) or 0) > 0
-                    or bool(config.get("mlp_only_layers")) or (config_int(config, ("decoder_sparse_step",), 1) or 1) > 1)
-    if not dense_layers:
+    if not width or width % tp == 0 or not _has_dense_layers(config):
         return []
     return [f"mlp: the dense MLP's intermediate_size {width} is not divisible by TP {tp} ({_DENSE_MLP})"]
 
