@@ -222,8 +222,13 @@ def test_an_edited_judge_gives_no_verdict_and_the_job_is_made_again(cluster: Clu
         core.create_namespaced_config_map(WORKLOAD_NS, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=original.metadata.name), data=data))
     finally:
         cluster.agent.hold.set()
-    edited = until(lambda: cluster.condition("edited-judge", "Preflight").get("reason") not in (None, "Running", "Passed")
-                   and cluster.condition("edited-judge", "Preflight"), "the edited judge's outcome")
+
+    def outcome() -> dict[str, Any] | None:
+        """One read: a second one may already see the remade Job's Running."""
+        condition = cluster.condition("edited-judge", "Preflight")
+        return condition if condition.get("reason") not in (None, "Running", "Passed") else None
+
+    edited = until(outcome, "the edited judge's outcome")
     assert edited["reason"] == "JudgeEdited", edited
     until(lambda: cluster.condition("edited-judge", "Preflight").get("reason") == "Passed", "the remade Job's verdict")
     jobs = [j for j in batch.list_namespaced_job(WORKLOAD_NS).items if j.metadata.name.startswith("edited-judge-preflight")]
