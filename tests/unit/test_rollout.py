@@ -353,3 +353,59 @@ def test_5xx_responses_are_counted_as_server_errors() -> None:
     c = parse_counters(page)
     assert (c.responses, c.server_errors) == (15, 3)
     assert c.increase_since(c).server_errors == 0 and c.plus(c).server_errors == 6
+
+
+# -- the arms applied ---------------------------------------------------------------------------
+def rendered() -> list[dict[str, Any]]:
+    return render_manifests(NEW, make_plan(), name="llama", namespace="ml")
+
+
+def test_during_the_canary_the_stable_workload_is_held_as_it_is_live() -> None:
+    from specdeploy.controller.apply import merge_patch
+    from specdeploy.rollout.phase import arm_children
+
+    live = with_draft(render_manifests(OLD, make_plan(), name="llama", namespace="ml")[0], draft_key(OLD))
+    live = {**live, "metadata": {**live["metadata"], "uid": "u1", "generation": 4, "resourceVersion": "9"},
+            "status": {"readyReplicas": 2}}
+    now = step(NEW, stable_draft=draft_key(OLD), seen=Seen(), decision=None)
+    out = arm_children(rendered(), now, live_stable=live, canary_pods=1)
+    stable, canary = out[0], out[-1]
+    assert merge_patch(live, stable) == {}  # nothing to patch: the stable arm is not touched
+    assert canary["metadata"]["name"] == "llama-canary" and live_draft(canary) == draft_key(NEW)
+    assert [c["kind"] for c in out] == ["Deployment", "Service", "PodDisruptionBudget", "Deployment"]
+
+
+def test_promoting_applies_the_new_draft_with_max_unavailable_zero_and_no_canary() -> None:
+    from specdeploy.rollout.phase import arm_children
+
+    now = step(NEW, stable_draft=draft_key(OLD), seen=Seen("Canary", draft_key(NEW)), decision=PROMOTE)
+    out = arm_children(rendered(), now, live_stable={"metadata": {}}, canary_pods=1)
+    assert live_draft(out[0]) == draft_key(NEW)
+    assert out[0]["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert [c["metadata"]["name"] for c in out].count("llama-canary") == 0
+
+
+def test_the_decision_the_telemetry_wrote_is_read_back_untrusted() -> None:
+    from specdeploy.rollout.phase import Decided, rollout_status
+
+    assert Decided.of({"decision": {"action": "Promote", "reason": "CanaryNotWorse", "message": "m"}}) == Decided(
+        "Promote", "CanaryNotWorse", "m")
+    assert Decided.of({"decision": {"action": "Explode"}}) is None and Decided.of("x") is None
+    now = step(NEW, stable_draft=draft_key(OLD), seen=Seen("Canary", draft_key(NEW)),
+               decision=Decided.of({"decision": {"action": "RollBack", "reason": Reason.CANARY_WORSE, "message": "worse"}}))
+    assert (now.phase, now.reason) == ("RolledBack", Reason.CANARY_WORSE)
+    status = rollout_status(now, canary_workload="Deployment/llama-canary", canary_pods=1,
+                            previous={"draft": draft_key(NEW), "decision": {"action": "RollBack"}, "canary": {"drafts": 5}})
+    assert status["phase"] == "RolledBack" and status["rejectedDraft"] == draft_key(NEW)
+    assert status["decision"] == {"action": "RollBack"} and "canaryWorkload" not in status
+    from specdeploy.api.status import RolloutStatus
+
+    RolloutStatus.model_validate({**status, "decision": {"action": "RollBack", "reason": Reason.CANARY_WORSE}})
+
+
+def test_a_multi_node_plan_refuses_the_canary_strategy_naming_the_field() -> None:
+    from specdeploy.pipeline import ROLLOUT_CANARY_MULTI_NODE, _rollout_findings
+
+    (finding,) = _rollout_findings(NEW, MULTI)
+    assert finding.code == ROLLOUT_CANARY_MULTI_NODE and finding.field == "spec.rollout.strategy"
+    assert _rollout_findings(NEW, make_plan()) == [] and _rollout_findings(render_spec(), MULTI) == []

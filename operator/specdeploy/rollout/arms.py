@@ -112,3 +112,12 @@ def rolled_out(live: Any) -> bool:
     return (_count(status.get("observedGeneration")) >= _count(meta.get("generation"))
             and _count(status.get("updatedReplicas")) >= wanted and _count(status.get("readyReplicas")) >= wanted
             and _count(status.get("replicas")) == wanted)
+
+
+def held(live: dict[str, Any]) -> dict[str, Any]:
+    """The live stable workload as the desired one while it must not be touched: applying it
+    patches nothing, and the child watch keeps it (it is rendered) instead of pruning it."""
+    meta = live.get("metadata") or {}
+    keep = {key: meta[key] for key in ("name", "namespace", "labels", "annotations", "ownerReferences") if key in meta}
+    return {"apiVersion": live.get("apiVersion", "apps/v1"), "kind": live.get("kind", "Deployment"), "metadata": keep,
+            "spec": copy.deepcopy(live.get("spec") or {})}

@@ -17,6 +17,7 @@ from typing import Any, Literal, Mapping
 
 from specdeploy.api.conditions import Reason
 from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.rollout.arms import canary_workload, held, promoting, with_draft
 from specdeploy.rollout.decision import Decision
 
 Phase = Literal["Canary", "Promoting", "Promoted", "RolledBack"]
@@ -61,6 +62,23 @@ class Seen:
         return cls(pick("phase"), pick("draft"), pick("rejectedDraft"))
 
 
+@dataclass(frozen=True)
+class Decided:
+    """A decision as status.rollout.decision holds it (written by the telemetry, read by the reconcile)."""
+
+    action: str
+    why: str
+    message: str
+
+    @classmethod
+    def of(cls, rollout: Any) -> "Decided | None":
+        decision = rollout.get("decision") if isinstance(rollout, Mapping) else None
+        if not isinstance(decision, Mapping) or decision.get("action") not in ("Wait", "Promote", "RollBack"):
+            return None
+        text = lambda key: str(decision.get(key) or "")[:4096]  # noqa: E731
+        return cls(decision["action"], text("reason")[:64], text("message"))
+
+
 def _settled(desired: str, seen: Seen, stable_rolled_out: bool) -> Step:
     """The stable arm runs the spec's draft already: finish a promotion, else nothing in flight."""
     if seen.phase == "Promoting" and seen.draft == desired and not stable_rolled_out:
@@ -71,7 +89,7 @@ def _settled(desired: str, seen: Seen, stable_rolled_out: bool) -> Step:
     return Step(None, Reason.STABLE, "the stable arm serves the spec's draft", True, False, desired)
 
 
-def step(spec: SpeculativeDeploymentSpec, *, stable_draft: str | None, seen: Seen, decision: Decision | None,
+def step(spec: SpeculativeDeploymentSpec, *, stable_draft: str | None, seen: Seen, decision: Decision | Decided | None,
          stable_rolled_out: bool = True, multi_node: bool = False) -> Step:
     """The next phase and what to apply. `stable_draft`: the draft key the live stable workload
     carries (None: there is none yet, or it predates canaries: nothing to compare against)."""
@@ -98,3 +116,32 @@ def step(spec: SpeculativeDeploymentSpec, *, stable_draft: str | None, seen: See
     if decision.action == "Promote":
         return Step("Promoting", decision.why, decision.message, True, False, desired)
     return Step("RolledBack", decision.why, decision.message, False, False, desired, desired)
+
+
+def arm_children(children: list[dict[str, Any]], now: Step, *, live_stable: dict[str, Any] | None, canary_pods: int) -> list[dict[str, Any]]:
+    """The rendered children with the arms applied: the workload (first) marked with its draft,
+    held as it is live while the stable arm must not be touched, rolled with maxUnavailable 0
+    while promoting; the canary Deployment after it while there is one."""
+    workload = with_draft(children[0], now.draft or "")
+    if not now.apply_stable and live_stable is not None:
+        stable = held(live_stable)
+    elif now.phase == "Promoting":
+        stable = promoting(workload, canary_pods)
+    else:
+        stable = workload
+    out = [stable, *children[1:]]
+    if now.canary:
+        out.append(canary_workload(workload, canary_pods))
+    return out
+
+
+def rollout_status(now: Step, *, canary_workload: str | None, canary_pods: int, previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """status.rollout for this step: the phase and its keys; the arms' figures and the decision
+    the telemetry wrote are kept while they are about this draft."""
+    previous = previous if isinstance(previous, Mapping) else {}
+    out: dict[str, Any] = {"phase": now.phase, "draft": now.draft, "rejectedDraft": now.rejected, "message": now.message[:4096],
+                           "canaryWorkload": canary_workload if now.canary else None,
+                           "canaryReplicas": canary_pods if now.canary else None}
+    if previous.get("draft") == now.draft:
+        out.update({key: previous.get(key) for key in ("stable", "canary", "decision")})
+    return {key: value for key, value in out.items() if value is not None}
