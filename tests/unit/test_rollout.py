@@ -409,3 +409,16 @@ def test_a_multi_node_plan_refuses_the_canary_strategy_naming_the_field() -> Non
     (finding,) = _rollout_findings(NEW, MULTI)
     assert finding.code == ROLLOUT_CANARY_MULTI_NODE and finding.field == "spec.rollout.strategy"
     assert _rollout_findings(NEW, make_plan()) == [] and _rollout_findings(render_spec(), MULTI) == []
+
+
+def test_promoted_is_read_from_the_stable_workloads_own_status() -> None:
+    from specdeploy.rollout.phase import promotion_done
+
+    key = draft_key(NEW)
+    promoting_status = {"phase": "Promoting", "draft": key, "decision": {"action": "Promote"}}
+    workload = {**with_draft(stable_deployment(), key), "status": {"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2}}
+    done = promotion_done(promoting_status, workload)
+    assert done is not None and done["phase"] == "Promoted" and done["decision"] == {"action": "Promote"}
+    assert promotion_done(promoting_status, {**workload, "status": {"replicas": 3, "updatedReplicas": 2, "readyReplicas": 2}}) is None
+    assert promotion_done({**promoting_status, "draft": "other"}, workload) is None
+    assert promotion_done({**promoting_status, "phase": "Canary"}, workload) is None and promotion_done(None, workload) is None

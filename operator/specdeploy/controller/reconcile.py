@@ -28,6 +28,7 @@ from specdeploy.api.conditions import PLANNED, PREFLIGHT, PROGRESSING, READY, RO
 from specdeploy.api.parse import parse_spec
 from specdeploy.api.spec import KIND, SpeculativeDeploymentSpec
 from specdeploy.controller.canary import arms
+from specdeploy.rollout.phase import promotion_done
 from specdeploy.controller import preflight as gate
 from specdeploy.controller import state
 from specdeploy.controller.apply import Applied, apply_child, covers, owned_by, owned_children, prune
@@ -549,9 +550,14 @@ class Reconciler:
         workload = self._workload_state(workload_body or None, str(meta.get("namespace")), str(meta.get("name")))
         verdicts.update(workload_verdicts(workload, applied=workload is not None))
         verdicts[READY] = ready_verdict(verdicts, workload)
+        promoted = promotion_done(previous.get("rollout"), workload_body)
+        if promoted is not None:
+            verdicts[ROLLOUT] = Verdict("True", Reason.PROMOTED, promoted["message"])
         generation = meta.get("generation")
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
         desired: dict[str, Any] = {"conditions": conditions}
+        if promoted is not None:
+            desired["rollout"] = promoted
         if workload is not None:
             desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
         return Result(_changes(previous, desired), condition_events(old_conditions, conditions))

@@ -17,7 +17,7 @@ from typing import Any, Literal, Mapping
 
 from specdeploy.api.conditions import Reason
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.rollout.arms import canary_workload, held, promoting, with_draft
+from specdeploy.rollout.arms import canary_workload, held, live_draft, promoting, rolled_out, with_draft
 from specdeploy.rollout.decision import Decision
 
 Phase = Literal["Canary", "Promoting", "Promoted", "RolledBack"]
@@ -145,3 +145,14 @@ def rollout_status(now: Step, *, canary_workload: str | None, canary_pods: int, 
     if previous.get("draft") == now.draft:
         out.update({key: previous.get(key) for key in ("stable", "canary", "decision")})
     return {key: value for key, value in out.items() if value is not None}
+
+
+def promotion_done(rollout: Any, workload: Any) -> dict[str, Any] | None:
+    """status.rollout once a promotion finished: the stable workload carries the promoted draft and
+    is rolled out (read from its own events, so Promoted does not wait for the next reconcile).
+    None: not promoting, or not done."""
+    if not isinstance(rollout, Mapping) or rollout.get("phase") != "Promoting":
+        return None
+    if live_draft(workload) != rollout.get("draft") or not rolled_out(workload):
+        return None
+    return {**rollout, "phase": "Promoted", "message": "the stable arm serves the promoted draft"}
