@@ -1,11 +1,13 @@
-"""The telemetry's part of a draft canary: per-arm counts since the canary became Ready, the
-decision (rollout/decision.py) and status.rollout's figures; a decision other than Wait runs
-the reconcile, which promotes or rolls back (controller/canary.py).
+"""The telemetry's part of a draft canary: per-arm counts over the canary's life, the decision
+(rollout/decision.py) and status.rollout's figures; a decision other than Wait runs the
+reconcile, which promotes or rolls back (controller/canary.py).
 
-The stable arm's samples are the ones the ordinary round read (its workload's pods); the
-canary's pods are the canary Deployment's, by owner uid, read here. Each arm has a Window that
-never forgets (restart-aware, telemetry/window.py): the decision is a function of the counts
-since the canary was Ready, never of how long that was."""
+The stable arm's samples are the ones the ordinary round read (its workload's pods), counted from
+the canary's first round (while it still loads). The canary's pods are the canary Deployment's, by
+owner uid, read here, each counted from its own process start: the Service sends a pod nothing
+before it is Ready, so all it counted is the canary's serving (no baseline scrape to wait for).
+Each arm has a Window that never forgets (restart-aware, telemetry/window.py): the decision is a
+function of the counts, never of how long they took."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ DIGITS = 4
 
 @dataclass
 class CanaryWatch:
-    """One canary's counts: made when the canary is first Ready, dropped when its draft changes."""
+    """One canary's counts: made at its first round (while it loads), dropped when its draft changes."""
 
     draft: str
     started_s: float
@@ -40,6 +42,7 @@ class CanaryWatch:
     canary: Window = field(default_factory=lambda: Window(math.inf))
     stable_load: LoadWindow = field(default_factory=lambda: LoadWindow(math.inf))
     canary_load: LoadWindow = field(default_factory=lambda: LoadWindow(math.inf))
+    was_ready: bool = False
 
 
 def _observe(window: Window, load: LoadWindow, pod: str, sample: Sample, now_s: float) -> None:
@@ -100,32 +103,38 @@ def decision_status(d: Decision, margin: float) -> dict[str, Any]:
 
 async def canary_round(kube: Kube, pods: PodIndex, read: Reader, targets: Targets, watch: CanaryWatch | None, *,
                        body: Mapping[str, Any], stable_samples: Mapping[str, Sample], now_s: float) -> tuple[CanaryWatch | None, Decision | None]:
-    """Read the canary arm, add both arms' samples, decide. (the watch to keep, the decision; None: no canary to judge yet)."""
+    """Add both arms' samples and decide. (the watch to keep, the decision; None: no canary to judge)."""
     meta, status = body.get("metadata") or {}, body.get("status") or {}
     rollout = status.get("rollout") or {}
     namespace, name = meta.get("namespace", ""), meta.get("name", "")
     kind, _, canary = str(rollout.get("canaryWorkload") or "").partition("/")
     if rollout.get("phase") != "Canary" or kind != "Deployment" or not canary:
         return None, None
-    live = await kube.get("Deployment", namespace, canary)
-    if live is None or not ready(live) and watch is None:
-        return watch, None  # starting: nothing is counted before the canary serves
     if watch is None or watch.draft != rollout.get("draft"):
+        # From the canary's first round, while it loads: the stable arm's counts then cover the canary's whole life.
         watch = CanaryWatch(str(rollout.get("draft")), now_s)
+    for pod, sample in stable_samples.items():
+        _observe(watch.stable, watch.stable_load, pod, sample, now_s)
+    live = await kube.get("Deployment", namespace, canary)
+    if live is None:
+        return watch, None
     owners = await workload_owners(kube, namespace, name, "Deployment", canary)  # by uid: only the canary's ReplicaSets
     # The pod index keeps no labels: the canary's pods are its ReplicaSets' (the arm label is for people and selectors).
     arm_pods = [p for p in pods.of(namespace, name) if controller_uid(p, "ReplicaSet") in owners]
     wanted = [(pod, url) for pod, url, _ in targets(arm_pods) if url is not None]
     for (pod, _), (sample, _) in zip(wanted, await read([url for _, url in wanted])):
         if sample is not None:
+            if pod not in watch.canary.pods:
+                # A canary pod's process is the canary's: everything it counted is the canary's (no baseline to wait for).
+                _observe(watch.canary, watch.canary_load, pod, Sample(Counters(), (), sample.started), now_s - 1e-3)
             _observe(watch.canary, watch.canary_load, pod, sample, now_s)
-    for pod, sample in stable_samples.items():
-        _observe(watch.stable, watch.stable_load, pod, sample, now_s)
     plan = status.get("plan") or {}
     settings = ((body.get("spec") or {}).get("rollout") or {}).get("canary") or {}
     margin, min_drafts = float(settings.get("margin", 0.1)), int(settings.get("minDrafts", 100))
+    is_ready = ready(live)
+    watch.was_ready = watch.was_ready or is_ready
     # Ready once and no longer: worse, as a canary that serves errors is.
-    why_failed = failed(live) or _restarts(arm_pods) or (None if ready(live) else "the canary was Ready and is not any more")
-    canary_arm = _arm(watch.canary.increase(now_s), watch.canary_load, plan, now_s, watch.started_s, ready=ready(live), failed=why_failed)
+    why_failed = failed(live) or _restarts(arm_pods) or ("the canary was Ready and is not any more" if watch.was_ready and not is_ready else None)
+    canary_arm = _arm(watch.canary.increase(now_s), watch.canary_load, plan, now_s, watch.started_s, ready=is_ready, failed=why_failed)
     stable_arm = _arm(watch.stable.increase(now_s), watch.stable_load, plan, now_s, watch.started_s)
     return watch, decide(canary_arm, stable_arm, margin=margin, min_drafts=min_drafts)
