@@ -49,22 +49,33 @@ def _doc(k: int, action: str = "Auto") -> dict[str, Any]:
 
 
 class ReadyWatch:
-    """Every readyReplicas the stable Deployment reports, from a watch of it (not polling)."""
+    """Every (observedGeneration, readyReplicas) the stable Deployment reports, from a watch of it
+    (every status the API server stores, not a poll's sample of them)."""
 
     def __init__(self, cluster: Cluster, name: str) -> None:
-        self.seen: list[int] = []
+        self.seen: list[tuple[int, int]] = []
+        self.error: BaseException | None = None
         self._watch = watch.Watch()
         self._apps = client.AppsV1Api(cluster.api)
         self._name = name
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+        until(lambda: self.seen, "the watch's first event")
 
     def _run(self) -> None:
-        for event in self._watch.stream(self._apps.list_namespaced_deployment, WORKLOAD_NS,
-                                        field_selector=f"metadata.name={self._name}", timeout_seconds=600):
-            self.seen.append(event["object"].status.ready_replicas or 0)
+        try:
+            for event in self._watch.stream(self._apps.list_namespaced_deployment, WORKLOAD_NS,
+                                            field_selector=f"metadata.name={self._name}", timeout_seconds=600):
+                status = event["object"].status
+                self.seen.append((status.observed_generation or 0, status.ready_replicas or 0))
+        except Exception as exc:  # noqa: BLE001  a broken stream would leave the check vacuous: reported, not swallowed
+            if not self._stopped:
+                self.error = exc
+
+    _stopped = False
 
     def stop(self) -> None:
+        self._stopped = True
         self._watch.stop()
 
 
@@ -106,6 +117,8 @@ def test_canary_on_gpu_nodes_rollback_untouched_and_promotion_never_at_zero_read
         assert promoted["status"].get("readyReplicas") == 2 and promoted["status"].get("updatedReplicas") == 2
     finally:
         ready.stop()
-    assert ready.seen and min(ready.seen) >= 1, ready.seen
+    assert ready.error is None, ready.error
+    assert min(r for _, r in ready.seen) >= 1, ready.seen
+    assert len({g for g, _ in ready.seen}) >= 2, ready.seen  # the watch saw the rollout itself, not only its end
     assert len(_replica_sets(cluster, stable["metadata"]["uid"])) == len(sets) + 1  # a rolling update, not a re-creation
     assert _ready(cluster, NAME)

@@ -139,3 +139,15 @@ async def test_a_draft_as_good_as_the_stable_one_is_promoted_without_losing_a_re
                                                   "readyReplicas": live["spec"]["replicas"], "updatedReplicas": live["spec"]["replicas"]})
     await eventually(lambda: rollout(cluster, name).get("phase") == "Promoted", what="Promoted")
     assert cluster.condition(name, "Rollout")["reason"] == "Promoted"
+
+
+async def test_switching_back_to_rolling_update_deletes_the_canary_and_rolls_the_stable_arm(
+    fast_telemetry: None, arms: tuple[FakeVllmMetrics, int, FakeVllmMetrics, int], operator: Operator, cluster: Cluster
+) -> None:
+    name, _ = await _canary_serving(cluster, arms, "uid-canary-off")
+    await cluster.patch_spec(name, {"rollout": {"strategy": "RollingUpdate"}}, generation=3)
+    await eventually(lambda: not cluster.exists(DEPLOYMENT, f"{name}-canary") and k_of(cluster.get(DEPLOYMENT, name)) == 4,
+                     what="the canary pruned, the stable arm rolled to k=4")
+    await eventually(lambda: "phase" not in rollout(cluster, name) and "message" in rollout(cluster, name), what="status.rollout cleared")
+    condition = cluster.condition(name, "Rollout")
+    assert (condition["status"], condition["reason"]) == ("True", "Stable")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from specdeploy.api.conditions import Verdict
+from specdeploy.api.conditions import Reason, Verdict
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.controller.kube import Kube
 from specdeploy.rollout.arms import canary_name, live_draft, rolled_out
@@ -29,7 +29,11 @@ async def arms(kube: Kube, spec: SpeculativeDeploymentSpec, children: list[dict[
                previous: Mapping[str, Any]) -> Arms:
     """The children to apply for this spec, with the canary's and the stable arm's parts."""
     if spec.rollout.strategy != "Canary":
-        return Arms(children, None, None)
+        if not previous.get("rollout"):
+            return Arms(children, None, None)
+        # Switched back: the old figures go (merge_diff deletes the keys not written), the condition says why.
+        said = "strategy RollingUpdate: a draft change rolls out like any change; a canary is deleted"
+        return Arms(children, {"message": said}, Verdict("True", Reason.STABLE, said))
     workload = children[0]
     live = await kube.get(workload["kind"], namespace, workload["metadata"]["name"])
     rollout = previous.get("rollout")
