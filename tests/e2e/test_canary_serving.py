@@ -46,6 +46,11 @@ PROMPT = "the quick brown fox jumps over the lazy dog"
 @pytest.fixture
 def fast_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECDEPLOY_TELEMETRY_INTERVAL_S", str(TELEMETRY_INTERVAL_S))
+    # Two or three vLLM CPU servers at once on a shared host: each binds its OpenMP threads to the
+    # same cores by default and spins there, which starved the second one's start (not healthy in
+    # 420 s). One unbound thread each; the pod's own args and env are otherwise as rendered.
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +105,7 @@ class Service:
                 time.sleep(0.1)
                 continue
             try:
+                time.sleep(0.2)  # a steady trickle, not a flood: the CPU servers share two cores with the rest
                 out = _post(url + "/v1/completions", {"model": self.model, "prompt": PROMPT, "max_tokens": 32, "temperature": 0,
                                                       "ignore_eos": True})
                 assert out["choices"][0]["text"]
