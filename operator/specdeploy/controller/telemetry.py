@@ -324,8 +324,9 @@ class Telemetry:
                 {k: rollout.get(k) for k in figures if rollout.get(k) is not None}, figures)}}, subresource="status")
             tracked.body.setdefault("status", {}).setdefault("rollout", {}).update(figures)
         if decision.action != "Wait":
+            # The watch is kept: until the reconcile has moved the phase on (one that did not finish,
+            # over budget or an API error), each round decides the same again and runs it again.
             self.logger.info("%s/%s: canary %s (%s): %s", namespace, name, decision.action, decision.why, decision.message)
-            tracked.canary = None
             await self._reconcile(namespace, name)
 
     async def _roll_out(self, tracked: _Tracked, namespace: str, name: str, change: KChange, old_k: int) -> None:
