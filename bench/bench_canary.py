@@ -71,16 +71,17 @@ def acceptance(steps: list[Counters]) -> float:
     return total.accepted_tokens / total.draft_tokens if total.draft_tokens else 0.0
 
 
-def half_of(stable: list[Counters], good: list[Counters], bad: list[Counters]) -> list[Counters]:
-    """good and bad increments interleaved, each next one the one that keeps the running
-    acceptance nearest half the stable arm's: a canary at half the stable acceptance."""
+def half_of(stable: list[Counters], good: list[Counters], bad: list[Counters], steps: int = 400) -> list[Counters]:
+    """good and bad increments interleaved (each list cycled), each next one the one that keeps
+    the running acceptance nearest half the stable arm's: a canary at half the stable acceptance."""
     goal = acceptance(stable) / 2
     out, total, g, b = [], Counters(), 0, 0
-    while g < len(good) or b < len(bad):
+    for _ in range(steps):
         rate = total.accepted_tokens / total.draft_tokens if total.draft_tokens else 0.0
-        take_good = b >= len(bad) or (g < len(good) and rate < goal)
-        step = good[g] if take_good else bad[b]
-        g, b = (g + 1, b) if take_good else (g, b + 1)
+        if rate < goal:
+            step, g = good[g % len(good)], g + 1
+        else:
+            step, b = bad[b % len(bad)], b + 1
         out.append(step)
         total = total.plus(step)
     return out
@@ -106,10 +107,14 @@ class Stream:
 
 
 def time_to_decision(stable: list[Counters], canary: list[Counters], *, rate: float, share: float, interval: float,
-                     phase: float) -> tuple[float, Decision]:
-    """Seconds from Ready to the first scrape whose decision is not Wait."""
+                     phase: float, early: bool = False) -> tuple[float, Decision]:
+    """Seconds from Ready to the first scrape whose decision is not Wait. `early`: the stable
+    arm's baseline is the round before Ready (the operator counts it from the canary's creation,
+    and a vLLM server takes longer than a round to load), else the first round after Ready."""
     stable_stream, canary_stream = Stream(stable, rate * (1 - share) / share), Stream(canary, rate)
     watch = CanaryWatch("bench", 0.0)
+    if early:
+        _observe(watch.stable, watch.stable_load, "stable-0", Sample(Counters(), (1.0,), 1.0), phase - interval)
     t = phase
     while t <= HORIZON_S:
         _observe(watch.stable, watch.stable_load, "stable-0", Sample(stable_stream.at(t), (1.0,), 1.0), t)
@@ -124,9 +129,10 @@ def time_to_decision(stable: list[Counters], canary: list[Counters], *, rate: fl
     return math.inf, decision
 
 
-def worst(stable: list[Counters], canary: list[Counters], *, rate: float, share: float, interval: float) -> tuple[float, set[str]]:
-    runs = [time_to_decision(stable, canary, rate=rate, share=share, interval=interval, phase=interval * (i + 0.001) / PHASES)
-            for i in range(PHASES)]
+def worst(stable: list[Counters], canary: list[Counters], *, rate: float, share: float, interval: float,
+          early: bool = False) -> tuple[float, set[str]]:
+    runs = [time_to_decision(stable, canary, rate=rate, share=share, interval=interval, phase=interval * (i + 0.001) / PHASES,
+                             early=early) for i in range(PHASES)]
     return max(t for t, _ in runs), {d.action for _, d in runs}
 
 
@@ -149,16 +155,18 @@ def main() -> int:
         print(f"{name}: stable acceptance {acceptance(stable):.3f}, canary {acceptance(canary):.3f} "
               f"(k={canary[0].num_speculative_tokens}, drafts per increment {sum(c.drafts for c in canary) / len(canary):.0f})")
     print()
-    print("| arms | share | interval | " + " | ".join(f"{r:g} drafts/s" for r in RATES) + " |")
-    print("|---|---|---|" + "---|" * len(RATES))
+    print("| arms | stable counted from | share | interval | " + " | ".join(f"{r:g} drafts/s" for r in RATES) + " |")
+    print("|---|---|---|---|" + "---|" * len(RATES))
     for name, (stable, canary) in arms.items():
-        for share in SHARES:
-            for interval in INTERVALS:
-                cells = []
-                for rate in RATES:
-                    seconds, actions = worst(stable, canary, rate=rate, share=share, interval=interval)
-                    cells.append(("never" if math.isinf(seconds) else f"{seconds:.0f} s") + f" {'/'.join(sorted(actions))}")
-                print(f"| {name} | {share:.0%} | {interval:.0f} s | " + " | ".join(cells) + " |")
+        for early in (False, True):
+            for share in SHARES:
+                for interval in INTERVALS:
+                    cells = []
+                    for rate in RATES:
+                        seconds, actions = worst(stable, canary, rate=rate, share=share, interval=interval, early=early)
+                        cells.append(("never" if math.isinf(seconds) else f"{seconds:.0f} s") + f" {'/'.join(sorted(actions))}")
+                    since = "the round before Ready" if early else "the first round after Ready"
+                    print(f"| {name} | {since} | {share:.0%} | {interval:.0f} s | " + " | ".join(cells) + " |")
     return 0
 
 
