@@ -86,6 +86,9 @@ def needs_transformers(class_name: str, raw: Any) -> bool:
         return True
     if any(raw.get(key) is None for key in spec["opaque"]):
         return True
+    for key, formula in spec["derived"].items():
+        if formula[0] == "const" and raw.get(key) is not None and raw[key] != formula[1]:
+            return True  # a field the class sets itself (Qwen2's sliding_window): transformers decides
     for key, sub in spec["sub_configs"].items():
         value = raw.get(key)
         if not isinstance(value, dict):
