@@ -20,6 +20,7 @@ Read per config class (transformers/configuration_utils.py and each configuratio
 - the fields `__post_init__` derives when unset (a default instance against the declared
   defaults): a formula where one fits and a probe confirms it, else the field is listed as
   opaque and a config that leaves it unset is parsed by transformers itself
+- the layer types `validate_layer_type` allows, and the field types its @strict check enforces
 - whether its `validate_architecture` refuses a hidden size that heads do not divide (probed)
 - PretrainedConfig's methods, read-only properties and class-level tables: a config key of
   that name replaces them on the instance (geometry/bounds.py refuses those keys)
@@ -61,6 +62,36 @@ def _default(field: dataclasses.Field) -> tuple[bool, Any]:
         except Exception:
             return False, None
     return False, None
+
+
+def type_tree(annotation: Any) -> Any:
+    """A field's annotation as JSON for hf_classes.check_type, which mirrors huggingface_hub's
+    strict `type_validator` (the check transformers' @strict config classes run on each value)."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is typing.Any or isinstance(annotation, (str, typing.ForwardRef)):
+        return "any"
+    if annotation is None or annotation is type(None):
+        return "null"
+    if origin in (typing.Union, types.UnionType):
+        return ["union", [type_tree(a) for a in args], repr(args)]
+    if origin is typing.Literal:
+        return ["literal", [a for a in args if _json_value(a)[0]], repr(args)]
+    if origin in (list, typing.List):
+        return ["list", type_tree(args[0]) if args else "any"]
+    if origin in (dict, typing.Dict):
+        return ["dict", type_tree(args[0]), type_tree(args[1])] if len(args) == 2 else ["dict", "any", "any"]
+    if origin in (tuple, set, frozenset) or annotation in (tuple, set, frozenset):
+        return "never"  # a JSON value is never a tuple or set
+    if origin is not None and getattr(origin, "__name__", "") == "Sequence":
+        return ["sequence", type_tree(args[0]) if args else "any"]
+    if isinstance(annotation, type):
+        if annotation in (bool, int, float, str, dict, list):
+            return annotation.__name__
+        return "never"  # a class (a TypedDict, a config class): no JSON value is an instance
+    return "any"
 
 
 def _interval(field: dataclasses.Field) -> list[Any] | None:
@@ -164,7 +195,9 @@ def _derived(cls: type, fields: dict[str, Any], base: dict[str, Any]) -> tuple[d
 def describe(cls: type, base_fields: set[str], base: dict[str, Any]) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     intervals: dict[str, Any] = {}
+    types_: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
+        types_[field.name] = type_tree(field.type)
         if field.name in base_fields:
             continue
         ok, value = _default(field)
@@ -176,7 +209,7 @@ def describe(cls: type, base_fields: set[str], base: dict[str, Any]) -> dict[str
     subs = {key: ("AutoConfig" if sub.__name__ == "AutoConfig" else sub.__name__) for key, sub in (getattr(cls, "sub_configs", {}) or {}).items()}
     names = {f.name for f in dataclasses.fields(cls)}
     derived, opaque = _derived(cls, fields, base)
-    return {"model_type": getattr(cls, "model_type", "") or "", "fields": fields, "derived": derived, "opaque": opaque, "intervals": intervals,
+    return {"model_type": getattr(cls, "model_type", "") or "", "fields": fields, "types": types_, "derived": derived, "opaque": opaque, "intervals": intervals,
             "attribute_map": dict(getattr(cls, "attribute_map", {}) or {}), "sub_configs": subs,
             "rope": "rope_parameters" in names, "default_rope_type": getattr(cls, "default_rope_type", "default"),
             "default_theta": _json_value(getattr(cls, "default_theta", None))[1],
@@ -223,8 +256,10 @@ def generate() -> dict[str, Any]:
         elif callable(attribute) or isinstance(attribute, (classmethod, staticmethod, dict, set, list)):
             reserved.add(name)
     base_models = {t: n for t, n in MODEL_MAPPING_NAMES.items() if isinstance(n, str)}
+    from transformers.configuration_utils import ALLOWED_ATTN_LAYER_TYPES, ALLOWED_MLP_LAYER_TYPES
     return {"transformers_version": transformers.__version__, "base_fields": base, "model_types": model_types,
-            "base_models": base_models, "reserved_names": sorted(reserved), "classes": dict(sorted(classes.items()))}
+            "base_models": base_models, "reserved_names": sorted(reserved),
+            "allowed_layer_types": {"layer_types": sorted(ALLOWED_ATTN_LAYER_TYPES), "mlp_layer_types": sorted(ALLOWED_MLP_LAYER_TYPES)}, "classes": dict(sorted(classes.items()))}
 
 
 def main() -> int:

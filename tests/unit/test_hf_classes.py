@@ -99,3 +99,35 @@ def test_the_data_file_is_what_the_installed_transformers_gives() -> None:
         sys.path.pop(0)
     assert json.loads(json.dumps(gen_hf_configs.generate())) == json.loads(DATA.read_text())
     assert table()["transformers_version"] == __import__("transformers").__version__
+
+
+MUTATED = ("meta-llama__Llama-3.1-8B-Instruct", "openai__gpt-oss-120b", "deepseek-ai__DeepSeek-V2-Lite",
+           "mistralai__Mixtral-8x22B-Instruct-v0.1", "moonshotai__Kimi-K2-Instruct")
+VALUES = ("x", 5, 2.5, True, None, [1], {}, -1, 0)
+
+
+@pytest.mark.parametrize("name", MUTATED)
+def test_the_data_refuses_what_transformers_refuses(name: str) -> None:
+    """Every top-level key of a config the data decides, set in turn to a string, ints, a float, a
+    bool, null, a list and an object: the data's classes accept exactly what transformers' accept
+    (its @strict types, intervals, architecture and layer-type validators, derivations)."""
+    from specdeploy.geometry.hf_classes import parse
+
+    raw = json.loads((FIXTURES / "model-configs" / f"{name}.json").read_text())
+    cls = class_for(raw["model_type"])
+    disagree = []
+    for key in raw:
+        for value in VALUES:
+            mutated = {**raw, key: value}
+            if needs_transformers(cls, mutated):
+                continue
+            outcomes = []
+            for build in (lambda config: parse(cls, config), reference_parse):
+                try:
+                    build(mutated)
+                    outcomes.append(True)
+                except Exception:
+                    outcomes.append(False)
+            if outcomes[0] != outcomes[1]:
+                disagree.append((key, value, "accepted by the data only" if outcomes[0] else "accepted by transformers only"))
+    assert disagree == []

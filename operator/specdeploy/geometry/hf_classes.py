@@ -141,6 +141,9 @@ def build(class_name: str, raw: dict[str, Any]) -> HFConfig:
     for key, formula in spec["derived"].items():
         if config.get(key) is None:
             config[key] = _derive(formula, config)
+    for key, value in given.items():
+        if key in spec["types"] and key not in spec["sub_configs"]:
+            check_type(key, value, spec["types"][key])
     if spec["rope"]:
         _standardize_rope(config, spec, given)
     _validate(config, spec)
@@ -160,7 +163,7 @@ def _derive(formula: list[Any], config: HFConfig) -> Any:
         return values[0]
     if kind == "sum":
         return values[0] + values[1]
-    return values[0] // values[1] if values[1] else None  # floordiv
+    return values[0] // values[1]  # floordiv: by zero raises, as the class's __post_init__ does
 
 
 def _sub_config(sub: str, value: Any, key: str) -> Any:
@@ -208,6 +211,54 @@ def _standardize_rope(config: HFConfig, spec: dict[str, Any], given: dict[str, A
     config["_rope_ignore"] = sorted(set(spec["rope_ignore_keys"]) | ({"partial_rotary_factor"} if partial is not None else set()))
 
 
+_SIMPLE = {"bool": bool, "int": int, "float": float, "str": str, "dict": dict, "list": list}
+
+
+def check_type(name: str, value: Any, tree: Any) -> None:
+    """huggingface_hub's strict `type_validator` over a JSON value (its messages, its rules: an
+    int is not a bool, a float field refuses an int), from the tree gen_hf_configs.type_tree wrote."""
+    if tree == "any":
+        return
+    if tree == "null":
+        if value is not None:
+            raise TypeError(f"Field '{name}' expected None, got {type(value).__name__}")
+        return
+    if isinstance(tree, str):
+        expected = _SIMPLE.get(tree)
+        if expected is None or (expected is int and isinstance(value, bool)) or not isinstance(value, expected):
+            raise TypeError(f"Field '{name}' expected {tree}, got {type(value).__name__} (value: {value!r})")
+        return
+    kind = tree[0]
+    if kind == "union":
+        errors = []
+        for member in tree[1]:
+            try:
+                return check_type(name, value, member)
+            except TypeError as exc:
+                errors.append(str(exc))
+        raise TypeError(f"Field '{name}' with value {value!r} doesn't match any type in {tree[2]}. Errors: {'; '.join(errors)}")
+    if kind == "literal":
+        if value not in tree[1] or any(value == v and type(value) is not type(v) for v in tree[1] if isinstance(v, bool) or isinstance(value, bool)):
+            raise TypeError(f"Field '{name}' expected one of {tree[2]}, got {value}")
+        return
+    _check_container(name, value, tree)
+
+
+def _check_container(name: str, value: Any, tree: list[Any]) -> None:
+    kind = tree[0]
+    if kind in ("list", "sequence"):
+        if not isinstance(value, list) and not (kind == "sequence" and isinstance(value, str)):
+            raise TypeError(f"Field '{name}' expected a {'list' if kind == 'list' else 'Sequence'}, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            check_type(f"{name}[{i}]", item, tree[1])
+    elif kind == "dict":
+        if not isinstance(value, dict):
+            raise TypeError(f"Field '{name}' expected a dict, got {type(value).__name__}")
+        for key, item in value.items():
+            check_type(f"{name}.key", key, tree[1])
+            check_type(f"{name}[{key!r}]", item, tree[2])
+
+
 def _validate(config: HFConfig, spec: dict[str, Any]) -> None:
     for name, (low, high, exclude_low, exclude_high) in spec["intervals"].items():
         value = config.get(name)
@@ -217,11 +268,25 @@ def _validate(config: HFConfig, spec: dict[str, Any]) -> None:
             if high is not None and (value > high or (exclude_high and value == high)):
                 raise ValueError(f"Value for {name} must be smaller {'than' if exclude_high else 'or equal to'} {high}, got {value}")
     hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
-    if spec["divides_heads"] and isinstance(hidden, int) and isinstance(heads, int) and heads and hidden % heads:
+    if spec["divides_heads"] and isinstance(hidden, int) and isinstance(heads, int) and hidden % heads:  # 0 heads: ZeroDivisionError, as there
         raise ValueError(f"The hidden size ({hidden}) is not a multiple of the number of attention heads ({heads}).")
+    _validate_layer_types(config)
     ignore = set(config.pop("_rope_ignore", ()))
     if spec["rope"]:
         _validate_rope(config, ignore)
+
+
+def _validate_layer_types(config: HFConfig) -> None:
+    """PretrainedConfig.validate_layer_type: known layer types, one per layer (its early return
+    when `layer_types` is unset skips `mlp_layer_types` too)."""
+    for key, allowed in table()["allowed_layer_types"].items():
+        layers = config.get(key)
+        if layers is None or "num_hidden_layers" not in config:
+            return
+        if not isinstance(layers, list) or not all(isinstance(t, str) and t in allowed for t in layers):
+            raise ValueError(f"The `{key}` entries must be in {set(allowed)} but got {layers}")
+        if config["num_hidden_layers"] is not None and config["num_hidden_layers"] != len(layers):
+            raise ValueError(f"`num_hidden_layers` ({config['num_hidden_layers']}) must be equal to the number of `{key}` ({len(layers)})")
 
 
 def _validate_rope(config: HFConfig, ignore: set[str]) -> None:
