@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from specdeploy.geometry.context_length import LENGTH_KEYS
 from specdeploy.findings import Finding, Stage, error, json_type, shown_value
+from specdeploy.geometry.hf_classes import table
 
 CODE = "config-value-invalid"
 
@@ -351,8 +352,6 @@ def _class_names() -> frozenset[str]:
     config key of that name replaces them on the instance, and transformers (or vLLM after it) then calls an int
     (`to_dict: 5` made `to_dict()` raise TypeError) or iterates a number (`attribute_map: 5`). Read from
     transformers by scripts/gen_hf_configs.py."""
-    from specdeploy.geometry.hf_classes import table
-
     return frozenset(set(table()["reserved_names"]) - _CONFIG_ATTRIBUTES)
 
 

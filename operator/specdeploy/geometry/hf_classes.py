@@ -121,6 +121,14 @@ def from_transformers(config: Any) -> HFConfig:
             plain[key] = from_transformers(value)
     for alias in type(config).attribute_map:
         plain[alias] = getattr(config, alias, None)
+    for name in dir(type(config)):  # properties (NemotronH's num_hidden_layers) are not in to_dict()
+        if name not in plain and not name.startswith("_") and isinstance(getattr(type(config), name, None), property):
+            try:
+                value = getattr(config, name)
+            except Exception:
+                continue
+            if value is None or isinstance(value, (bool, int, float, str, list, dict)):
+                plain[name] = value
     return plain
 
 
