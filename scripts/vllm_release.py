@@ -216,6 +216,11 @@ def parity_rows(venv: Path, out: Path) -> dict[str, dict[str, Any]]:
 def release_day(version: str, venv: Path, previous_venv: Path | None, started: float) -> int:
     """Regenerate the data, run the grid here and under the previous release, print the diff."""
     _run([str(venv / "bin" / "python"), str(ROOT / "scripts" / "refresh_vllm_facts.py")], env={**os.environ, **VLLM_ENV})
+    # The config classes' data comes from the transformers the release pins: --check reports a
+    # release whose transformers differs from the one the data was generated from.
+    hf = subprocess.run([str(venv / "bin" / "python"), str(ROOT / "scripts" / "gen_hf_configs.py"), "--check"],
+                        env={**os.environ, **VLLM_ENV}, capture_output=True, text=True)
+    print(f"==> config classes' data (scripts/gen_hf_configs.py --check): {(hf.stdout or hf.stderr).strip().splitlines()[-1:]}")
     previous = previous_release(version)
     new = json.loads((DATA_DIR / f"{version}.json").read_text())
     old = json.loads((DATA_DIR / f"{previous}.json").read_text()) if previous else new

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import AutoConfig, DeepseekV2Config
+from transformers import DeepseekV2Config
 
 from specdeploy.findings import MAX_MESSAGE
 from specdeploy.geometry import read_geometry
 from specdeploy.vllm import DEFAULT_VERSION, rule_set
-from specdeploy.geometry.mla_configs import K3DSparkConfig
+from specdeploy.geometry.model_geometry import parse_config
+from tests.hf_reference import K3DSparkConfig, reference_parse
 from tests.conftest import MODEL_CONFIGS, SYNTHETIC, load_config
 
 DEFAULT_FACTS = rule_set(DEFAULT_VERSION)
@@ -53,10 +54,13 @@ def test_a_qwen3_config_with_mla_fields_is_not_mla_because_vllm_decides_by_model
 @pytest.mark.parametrize("layout, heads", [("k3-dspark-released", 64), ("k3-dspark-block5", 96)])
 def test_k3_dspark_drafts_parse_as_dense_mla_whatever_hidden_over_heads(layout: str, heads: int) -> None:
     raw = load_config(layout)
-    config = AutoConfig.for_model(**raw)
-    assert isinstance(config, K3DSparkConfig)
-    assert (config.qk_head_dim, config.head_dim, config.n_routed_experts) == (192, 64, 0)
-    assert config.rope_parameters["rope_type"] == "default"
+    reference = reference_parse(raw)
+    assert isinstance(reference, K3DSparkConfig)
+    assert (reference.qk_head_dim, reference.head_dim, reference.n_routed_experts) == (192, 64, 0)
+    config = parse_config(raw)  # the same from the generated data
+    assert config.class_name == "K3DSparkConfig"
+    assert (config["qk_head_dim"], config["head_dim"], config["n_routed_experts"]) == (192, 64, 0)
+    assert config["rope_parameters"]["rope_type"] == "default"
     geometry, findings = read_geometry(raw, "spec.draft.config", DEFAULT_FACTS)
     assert findings == []
     assert (geometry.num_attention_heads, geometry.head_size, geometry.num_experts, geometry.uses_mla) == (heads, 576, 0, True)
