@@ -28,7 +28,7 @@ VLLM_WHEEL_VENVS := $(foreach v,$(VLLM_WHEEL_RELEASES),$(call release_venv,$(v))
 # The GPU wheel must be told its platform, and must not stall on Hub look-ups.
 VLLM_NEXT_ENV := HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
 
-.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-cluster cluster-up cluster-down cluster-binaries helm promtool test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
+.PHONY: venv vllm-venv vllm-next-venv vllm-release findings-doc demo test test-core test-cluster cluster-up cluster-down cluster-binaries helm promtool test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
 # What the venvs install is pinned: constraints/*.txt are `pip freeze` of venvs that passed
 # `make test`, passed to every pip install with -c, so an upstream release cannot turn main
 # red. `make constraints` refreshes them on purpose (then run `make test` and commit them).
@@ -146,6 +146,10 @@ crd: venv
 	$(PY) -m specdeploy.cli crd > crds/specdeploy.io_speculativedeployments.yaml
 	$(PY) scripts/sync_chart.py        # chart's crds/ copy + RBAC rules from controller/permissions.py
 	$(PY) scripts/gen_cr_reference.py  # docs/cr-reference.md
+
+# docs/findings.md from the finding catalogue (operator/specdeploy/finding_codes.py).
+findings-doc: venv
+	$(PY) scripts/gen_findings_doc.py
 
 bench: venv
 	$(PY) bench/bench_validate.py --vllm-python $(VLLM_PY)
