@@ -77,7 +77,7 @@ vllm-next-venv: $(foreach v,$(VLLM_WHEEL_VENVS),$(v)/.installed)
 
 # Release day: the release's venv, its data, the parity grid against the previous release, and
 # what is left to write. `make vllm-release VERSION=0.35.0`
-vllm-release: vllm-venv
+vllm-release: venv vllm-venv
 	@test -n "$(VERSION)" || { echo "usage: make vllm-release VERSION=X.Y.Z"; exit 2; }
 	$(PYTHON) scripts/vllm_release.py $(VERSION) --base-venv $(VLLM_VENV)
 

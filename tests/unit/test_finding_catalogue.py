@@ -170,15 +170,26 @@ def edited(name: str, **changes: Any) -> dict[str, Any]:
     return out
 
 
-def plan_codes(*documents: dict[str, Any]) -> set[str]:
-    """The codes `specdeploy plan -f` reports for the stream (findings and unjudged)."""
+Reached = dict[str, set[str]]  # code -> the fields its findings named
+
+
+def _reached(findings: Any) -> Reached:
+    out: Reached = {}
+    for f in findings:
+        code, field = (f["code"], f["field"]) if isinstance(f, dict) else (f.code, f.field)
+        out.setdefault(code, set()).add(field)
+    return out
+
+
+def plan_codes(*documents: dict[str, Any]) -> Reached:
+    """What `specdeploy plan -f` reports for the stream (findings and unjudged)."""
     from specdeploy.stream import plan_stream
 
     report = plan_stream(yaml.safe_dump_all(documents), "test.yaml")
-    return {f.code for r in report.results for f in (*r.findings, *r.unjudged)}
+    return _reached(f for r in report.results for f in (*r.findings, *r.unjudged))
 
 
-def evaluate_codes(spec: dict[str, Any], target: Any, draft: Any = None) -> set[str]:
+def evaluate_codes(spec: dict[str, Any], target: Any, draft: Any = None) -> Reached:
     """The codes `pipeline.evaluate` (what the operator and the CLI call) gives inputs sources never give."""
     from specdeploy.api.parse import parse_spec
     from specdeploy.geometry import ModelInputs
@@ -187,10 +198,10 @@ def evaluate_codes(spec: dict[str, Any], target: Any, draft: Any = None) -> set[
     parsed, findings = parse_spec(spec)
     assert parsed is not None, findings
     evaluation = evaluate(parsed, ModelInputs(target), ModelInputs(draft) if draft is not None else None)
-    return {f.code for f in evaluation.findings}
+    return _reached(evaluation.findings)
 
 
-def preflight_codes() -> set[str]:
+def preflight_codes() -> Reached:
     """The operator's preflight gate on the image's vLLM refusing the exact args."""
     from specdeploy.controller.preflight import decide
     from specdeploy.preflight.outcome import Outcome, parse_verdict
@@ -206,7 +217,7 @@ def preflight_codes() -> set[str]:
     request = judge_request(spec, evaluation.plan, config(LLAMA8), None)
     verdict = parse_verdict(json.dumps({"ok": False, "stage": "config", "error": "ValueError: no", "vllmVersion": "0.34.0"}))
     decision = decide(Outcome("Refused", verdict), request, mode="Required", job="j", fast_version="0.34.0")
-    return {f["code"] for f in decision.findings}
+    return _reached(decision.findings)
 
 
 def _configmap(name: str, data: dict[str, str]) -> dict[str, Any]:
@@ -215,7 +226,7 @@ def _configmap(name: str, data: dict[str, str]) -> dict[str, Any]:
 
 V32, V33, V34 = ({"vllmVersion": v} for v in ("0.32.0", "0.33.0", "0.34.0"))
 H100 = {"resources": {"gpu": {"product": "H100-80GB"}}}
-REACH: dict[str, Callable[[], set[str]]] = {
+REACH: dict[str, Callable[[], Reached]] = {
     "object-invalid": lambda: plan_codes({**cr(), "apiVersion": "specdeploy.io/v9"}),
     "object-too-large": lambda: plan_codes(cr(target=edited(LLAMA8, padding="x" * (4 << 20)))),
     "spec-invalid": lambda: plan_codes(cr(replicas="two")),
@@ -300,6 +311,17 @@ def test_every_catalogued_code_has_an_input_that_reaches_it() -> None:
     assert sorted(set(CATALOGUE) - set(REACH)) == [] and sorted(set(REACH) - set(CATALOGUE)) == []
 
 
+def field_pattern(field: str) -> re.Pattern[str]:
+    """A catalogue field ("spec.draft.config.<key> | spec.vllm.extraArgs[i]") as a regex."""
+    def one(alternative: str) -> str:
+        text = re.escape(alternative.strip()).replace(re.escape("[i]"), r"\[\d+\]")
+        return re.sub(re.escape("<") + r"[^>]*" + re.escape(">"), ".+", text)
+    return re.compile("|".join(f"(?:{one(a)})" for a in field.split("|")))
+
+
 @pytest.mark.parametrize("code", sorted(REACH))
-def test_each_code_is_reached_through_the_pipeline(code: str) -> None:
-    assert code in REACH[code]()
+def test_each_code_is_reached_through_the_pipeline_at_its_catalogued_field(code: str) -> None:
+    reached = REACH[code]()
+    assert code in reached, sorted(reached)
+    pattern = field_pattern(CATALOGUE[code].field)
+    assert [f for f in reached[code] if not pattern.fullmatch(f)] == [], f"{code}: catalogued at {CATALOGUE[code].field}"
