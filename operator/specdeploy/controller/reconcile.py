@@ -304,6 +304,7 @@ class Reconciler:
         run.verdicts[PLANNED] = Verdict("True", Reason.PLANNED, _layout_summary(plan))
         run.desired["plan"] = evaluation.plan_dict()
         run.retry = f"{stale.field}: {stale.message}" if stale is not None else None
+        run.retry_kind = RetryKind.SOURCE  # the stale config is refreshed on the source schedule
         return True
 
     def _judge_guess(self, run: Pass, guess: Evaluation, image_plan: Evaluation) -> bool:
@@ -321,6 +322,7 @@ class Reconciler:
         run.verdicts[PLANNED] = Verdict("True", Reason.PLANNED, f"{_layout_summary(plan)} (vLLM {plan.vllm_version}'s rules, for the image to judge)")
         run.desired["plan"] = image_plan.plan_dict()
         run.retry = f"{run.stale.field}: {run.stale.message}" if run.stale is not None else None
+        run.retry_kind = RetryKind.SOURCE
         return True
 
     async def _evaluate(self, run: Pass) -> Evaluation:
@@ -376,7 +378,7 @@ class Reconciler:
         if decision.proceed:
             return True
         run.progressing = decision.progressing
-        return run.stop(run.retry)  # a Job that may still change wakes the CR through its watch
+        return run.stop(run.retry, run.retry_kind)  # a Job that may still change wakes the CR through its watch
 
     async def apply(self, run: Pass) -> bool:
         """Render the children, check their names, apply them and prune what is no longer rendered."""
@@ -385,7 +387,7 @@ class Reconciler:
         problems = invalid_names(children)
         if problems:
             run.progressing = Verdict("False", Reason.INVALID_CHILD_NAMES, "; ".join(problems)[:2000])
-            return run.stop(run.retry)
+            return run.stop(run.retry, run.retry_kind)
         for child in children:
             child["metadata"]["ownerReferences"] = [_owner_reference(run.body)]
         try:
@@ -397,7 +399,7 @@ class Reconciler:
             return run.stop(str(exc), RetryKind.after(exc))
         except KubePermanentError as exc:
             run.progressing = Verdict("False", Reason.APPLY_FAILED, str(exc))
-            return run.stop(run.retry)
+            return run.stop(run.retry, run.retry_kind)
         run.desired.update(
             workload=f"{run.applied.kind}/{run.applied.name}",
             selector=selector_string(run.name),
