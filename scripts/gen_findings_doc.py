@@ -26,7 +26,9 @@ Every finding specdeploy reports — in `specdeploy validate`/`plan -o json`, in
 SpeculativeDeployment's `status.findings`, in its Events and in the `specdeploy_findings` metric —
 carries one of these {count} codes, a severity, the spec field a user would edit, and a message
 that says what is allowed. An `error` refuses the spec (`Validated=False`, or `Planned=False` for
-the layout search); a `warning` or `info` does not. `<key>` stands for the key the finding names.
+the layout search); a `warning` or `info` does not. An error of rules guessed for an image whose
+release has no rule set here is reported as a warning that says so: the image's preflight decides.
+`<key>` stands for the key the finding names.
 """
 
 

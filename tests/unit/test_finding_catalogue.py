@@ -107,11 +107,13 @@ def test_the_scan_refuses_a_code_the_catalogue_lacks(tmp_path: Path) -> None:
 def test_a_finding_is_built_only_from_a_catalogued_code_at_its_severity() -> None:
     with pytest.raises(KeyError, match="draft-too-shy"):
         error("draft-too-shy", "spec.draft", "...")
-    with pytest.raises(ValueError, match="catalogued as error"):
-        warning("no-layout", "spec.parallelism", "...")
+    with pytest.raises(ValueError, match="catalogued as warning"):
+        error("vllm-version-unknown", "spec.image", "...")
     with pytest.raises(ValueError, match="catalogued as info"):
         error("k-auto", "spec.draft.numSpeculativeTokens", "...")
     assert info("k-auto", "spec.draft.numSpeculativeTokens", "k 3").severity is Severity.INFO
+    # An error of guessed rules is reported as a warning (pipeline.Evaluation.as_guess).
+    assert warning("no-layout", "spec.parallelism", "guessed by ...").severity is Severity.WARNING
     # model-cache-too-small is the one code with a second severity (the default sizeLimit warns).
     assert warning("model-cache-too-small", "spec.modelCache.sizeLimit", "...").code == "model-cache-too-small"
 
