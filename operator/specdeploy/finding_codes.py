@@ -115,7 +115,8 @@ GROUPS: tuple[tuple[str, tuple[Code, ...]], ...] = (
     )),
     ('What fails only when vLLM builds the models', (
         Code("target-load-fails", E, "spec.parallelism.tensorParallelSize", "vLLM accepts the TP but cannot build the target at it (a size its layers divide by TP)"),
-        Code("draft-load-fails", E, "spec.draft.tensorParallelSize | spec.draft.config.<key> | spec.draft.speculativeConfig.<key>", "vLLM accepts the config but cannot build the draft"),
+        Code("draft-load-fails", E, "spec.draft.tensorParallelSize | spec.parallelism.tensorParallelSize | spec.draft.config.<key> | spec.target.config.<key> | spec.draft.speculativeConfig.<key>",
+             "vLLM accepts the config but cannot build the draft (at this TP, from this config, with this option)"),
         Code("draft-tp-not-honoured", W, "spec.draft.tensorParallelSize", "vLLM builds this draft at the target's TP whatever draft TP says"),
     )),
     ('The layout search: GPUs, nodes, memory', (
