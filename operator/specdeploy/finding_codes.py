@@ -54,9 +54,10 @@ class Code:
 # (heading, codes): docs/findings.md's sections, in the order `pipeline.evaluate` runs.
 GROUPS: tuple[tuple[str, tuple[Code, ...]], ...] = (
     ("The object and its spec", (
-        Code("object-invalid", E, "apiVersion | kind | metadata.<key>", "the object around the spec is not a SpeculativeDeployment: apiVersion, kind, metadata, a name given twice in one stream"),
+        Code("object-invalid", E, "apiVersion | kind | metadata | metadata.<key> | <a top-level key>",
+             "the object around the spec is not a SpeculativeDeployment: apiVersion, kind, metadata, an unknown top-level key, a name given twice in one stream (an empty field: the document is no mapping)"),
         Code("object-too-large", E, "spec.<the largest field>", "the object is larger than the API server stores"),
-        Code("spec-invalid", E, "spec.<field>", "a spec field has the wrong type, value or name (the schema's refusal, in our words)"),
+        Code("spec-invalid", E, "spec | spec.<field>", "a spec field has the wrong type, value or name (the schema's refusal, in our words)"),
         Code("image-invalid", E, "spec.image", "spec.image is not an image reference a container runtime can pull"),
         Code("method-misspelled", E, "spec.draft.method", "spec.draft.method is one edit or two from a method vLLM knows"),
         Code("vllm-version-unknown", W, "spec.vllmVersion | spec.image", "no rule set of this release: the nearest supported release's rules judge"),
