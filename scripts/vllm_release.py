@@ -316,6 +316,11 @@ def release_day(version: str, venv: Path, previous_venv: Path | None, started: f
     """Regenerate the data, run the grid here and under the previous release, print the diff."""
     for script in ("refresh_vllm_facts.py", "audit_tp_layers.py"):
         _run([str(venv / "bin" / "python"), str(ROOT / "scripts" / script)], env={**os.environ, **VLLM_ENV})
+    # The config classes' data comes from the transformers the release pins: --check reports a
+    # release whose transformers differs from the one the data was generated from.
+    hf = subprocess.run([str(venv / "bin" / "python"), str(ROOT / "scripts" / "gen_hf_configs.py"), "--check"],
+                        env={**os.environ, **VLLM_ENV}, capture_output=True, text=True)
+    print(f"==> config classes' data (scripts/gen_hf_configs.py --check): {(hf.stdout or hf.stderr).strip().splitlines()[-1:]}")
     print("\n==> files written: " + ", ".join(add_release(version, None, CORE_PYTHON)))
     previous = previous_release(version)
     new = json.loads((DATA_DIR / f"{version}.json").read_text())

@@ -129,6 +129,7 @@ GROUPS: tuple[tuple[str, tuple[Code, ...]], ...] = (
         Code("image-accelerator-mismatch", E, "spec.image", "the image is built for another accelerator than the GPU product's"),
         Code("gpu-resource-misspelled", E, "spec.resources.gpu.resourceName", "no GPU device plugin's resource name"),
         Code("gpu-resource-vendor-mismatch", E, "spec.resources.gpu.resourceName", "a device plugin's resource of another vendor than the GPU product's"),
+        Code("rollout-canary-multi-node", E, "spec.rollout.strategy", "strategy Canary on a plan whose replica spans nodes (a LeaderWorkerSet has no canary)"),
         Code("model-cache-too-small", E, "spec.modelCache.sizeLimit", "the model cache emptyDir cannot hold the weights (a warning on the default sizeLimit)", also=W),
     )),
     ("The image's own vLLM (the preflight Job)", (

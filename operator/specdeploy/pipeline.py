@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.findings import VALIDATION_STAGES, Finding, Severity, Stage, at_stage, has_errors
+from specdeploy.api.spec import ROLLOUT_STRATEGY_FIELD, SpeculativeDeploymentSpec
+from specdeploy.findings import VALIDATION_STAGES, Finding, Severity, Stage, at_stage, error, has_errors
 from specdeploy.geometry import ModelInputs, Models, read_models
 from specdeploy.planning.plan import Plan
 from specdeploy.planning.planner import LayoutRules, device_findings, layout_findings, plan_layout
@@ -143,7 +143,7 @@ def _evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: Model
         # No plan for an invalid pair, but every reason at once: vLLM's layout rules too.
         return Evaluation(tuple(findings + layout_findings(spec, models, rules) + deploy_time), None, facts.version)
     plan, plan_findings = plan_layout(spec, models, k, target, draft, facts, rules)
-    findings += plan_findings + deploy_time
+    findings += plan_findings + _rollout_findings(spec, plan) + deploy_time
     config = speculative_config(spec, plan) if plan is not None else None
     return Evaluation(tuple(findings), plan, facts.version, config)
 
@@ -159,3 +159,16 @@ def _layout_rules(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFa
         return config + check_load_layout(spec, models, tp, draft_tp, facts.version)
 
     return rules
+
+
+ROLLOUT_CANARY_MULTI_NODE = "rollout-canary-multi-node"
+
+
+def _rollout_findings(spec: SpeculativeDeploymentSpec, plan: Plan | None) -> list[Finding]:
+    """A draft canary is a second Deployment; a replica that spans nodes is a LeaderWorkerSet
+    group, which has none (docs/rollout.md): refused rather than rolled out some other way."""
+    if plan is None or not plan.multi_node or spec.rollout.strategy != "Canary":
+        return []
+    return [error(ROLLOUT_CANARY_MULTI_NODE, ROLLOUT_STRATEGY_FIELD,
+                  f"strategy Canary needs a replica on one node; this plan spans {plan.nodes_per_replica} nodes per replica "
+                  "(a LeaderWorkerSet). Set spec.rollout.strategy to RollingUpdate, or a layout that fits one node", Stage.PLAN)]

@@ -87,9 +87,16 @@ LLAMA_EAGLE3 = Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-8b-
 
 
 def test_advise_with_the_cr_reports_k_by_batch_size_and_the_crossover(tmp_path: Path) -> None:
-    # The ngram fixture's acceptance, read as the Llama-8B EAGLE-3 CR's on one H100, at 700 running requests.
+    # The ngram fixture read as the Llama-8B EAGLE-3 CR's on one H100, at 700 running requests, with its
+    # acceptance halved per position (50/25/12.5 %): at the fixture's 100 % the calibrated model has
+    # speculation pay up to batch 6262 (docs/speculation-under-load.md), past vLLM's 1024 sequences.
     metrics = tmp_path / "metrics.txt"
-    metrics.write_text(re.sub(r"^(vllm:num_requests_running\{[^}]*\}) \S+$", r"\1 700.0", NGRAM.read_text(), flags=re.M))
+    text = re.sub(r"^(vllm:num_requests_running\{[^}]*\}) \S+$", r"\1 700.0", NGRAM.read_text(), flags=re.M)
+    for position, accepted in (("0", 60), ("1", 30), ("2", 15)):
+        text = re.sub(rf'^(vllm:spec_decode_num_accepted_tokens_per_pos_total\{{[^}}]*position="{position}"\}}) \S+$',
+                      rf"\g<1> {accepted}.0", text, flags=re.M)
+    text = re.sub(r"^(vllm:spec_decode_num_accepted_tokens_total\{[^}]*\}) \S+$", r"\1 105.0", text, flags=re.M)
+    metrics.write_text(text)
     out = run("--metrics", str(metrics), "-f", str(LLAMA_EAGLE3), "-o", "json")
     report = json.loads(out.stdout)
     rows = report["byBatchSize"]

@@ -21,7 +21,7 @@ from specdeploy.telemetry.model import geometric_acceptance
 from tests.conftest import load_config
 
 HW = Hardware(hbm_bytes_s=1e12, bf16_flops=1e14, fp8_flops=2e14, interconnect_bytes_s=1e11, step_overhead_s=1e-4,
-              draft_pass_overhead_s=1e-5)
+              draft_pass_overhead_s=1e-5, routing_overlap=0.0, token_overhead_s=0.0)
 DENSE = ModelCompute(weight_bytes=10**9, expert_bytes=0, num_experts=0, experts_per_token=0, active_params=5 * 10**8,
                      attention_flops_per_context_token=100, kv_bytes_per_context_token=1000, hidden_size=1000,
                      num_layers=10, fp8=False)
@@ -159,7 +159,7 @@ def test_a_dense_8b_on_one_h100_with_strong_acceptance_speculates_at_batch_1_and
     assert layout.tensor_parallel_size == 1
     work = Workload(layout, Hardware.from_product(lookup_gpu("H100-80GB")), "eagle3", tuple(geometric_acceptance(0.8, 8)))
     by_batch = {a.batch_size: a for a in advise_by_batch(work, batch_grid(1024))}
-    assert by_batch[1].k >= 3 and by_batch[1].speedup > 2
+    assert by_batch[1].k >= 3 and by_batch[1].speedup > 1.8  # calibrated terms: 1.98 (bench/data/load_model_fit.json)
     assert by_batch[256].k == 0
     assert work.speedup(256, 3) < 1  # k=3 there costs throughput
 

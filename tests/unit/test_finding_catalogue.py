@@ -305,6 +305,8 @@ REACH: dict[str, Callable[[], Reached]] = {
     "gpu-resource-misspelled": lambda: plan_codes(cr(resources={"gpu": {"product": "H100-80GB", "resourceName": "nvidia.con/gpu"}})),
     "gpu-resource-vendor-mismatch": lambda: plan_codes(cr(resources={"gpu": {"product": "H100-80GB", "resourceName": "amd.com/gpu"}})),
     "model-cache-too-small": lambda: plan_codes(cr(modelCache={"sizeLimit": "1Gi"})),
+    "rollout-canary-multi-node": lambda: plan_codes(cr(target=LLAMA70, resources={"gpu": {"product": "L4", "perNode": 2}},
+                                                       rollout={"strategy": "Canary"})),
     "preflight-refused": preflight_codes,
 }
 

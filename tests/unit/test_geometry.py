@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import AutoConfig, DeepseekV2Config
+from transformers import DeepseekV2Config
 
+from specdeploy.findings import MAX_MESSAGE
 from specdeploy.geometry import read_geometry
 from specdeploy.vllm import DEFAULT_VERSION, rule_set
-from specdeploy.geometry.mla_configs import K3DSparkConfig
+from specdeploy.geometry.model_geometry import parse_config
+from tests.hf_reference import K3DSparkConfig, reference_parse
 from tests.conftest import MODEL_CONFIGS, SYNTHETIC, load_config
 
 DEFAULT_FACTS = rule_set(DEFAULT_VERSION)
@@ -52,10 +54,13 @@ def test_a_qwen3_config_with_mla_fields_is_not_mla_because_vllm_decides_by_model
 @pytest.mark.parametrize("layout, heads", [("k3-dspark-released", 64), ("k3-dspark-block5", 96)])
 def test_k3_dspark_drafts_parse_as_dense_mla_whatever_hidden_over_heads(layout: str, heads: int) -> None:
     raw = load_config(layout)
-    config = AutoConfig.for_model(**raw)
-    assert isinstance(config, K3DSparkConfig)
-    assert (config.qk_head_dim, config.head_dim, config.n_routed_experts) == (192, 64, 0)
-    assert config.rope_parameters["rope_type"] == "default"
+    reference = reference_parse(raw)
+    assert isinstance(reference, K3DSparkConfig)
+    assert (reference.qk_head_dim, reference.head_dim, reference.n_routed_experts) == (192, 64, 0)
+    config = parse_config(raw)  # the same from the generated data
+    assert config.class_name == "K3DSparkConfig"
+    assert (config["qk_head_dim"], config["head_dim"], config["n_routed_experts"]) == (192, 64, 0)
+    assert config["rope_parameters"]["rope_type"] == "default"
     geometry, findings = read_geometry(raw, "spec.draft.config", DEFAULT_FACTS)
     assert findings == []
     assert (geometry.num_attention_heads, geometry.head_size, geometry.num_experts, geometry.uses_mla) == (heads, 576, 0, True)
@@ -135,3 +140,14 @@ def test_vllm_eagle_format_reads_the_inner_model_with_eagle_architectures() -> N
 def test_dspark_block_size_is_read_only_where_vllm_reads_it() -> None:
     assert read_geometry(load_config("specforge__kimi-k3-dspark"), "d", DEFAULT_FACTS)[0].block_size == 7
     assert read_geometry(load_config("dspark-qwen3-block-size-in-dflash-config"), "d", DEFAULT_FACTS)[0].block_size is None
+
+
+def test_a_long_value_transformers_quotes_whole_is_cut_in_the_refusal() -> None:
+    """transformers' strict config classes quote the value they refuse in full: a 5000-character
+    string must not make a 5000-character finding (a condition, an Event, a terminal line)."""
+    config = load_config("deepseek-ai__DeepSeek-V3")
+    config["tie_word_embeddings"] = "x" * 5000
+    _, findings = read_geometry(config, "spec.target.config", rule_set("0.34.0"))
+    (finding,) = [f for f in findings if f.code == "config-rejected"]
+    assert finding.field == "spec.target.config.tie_word_embeddings"
+    assert len(finding.message) <= MAX_MESSAGE and "expected bool" in finding.message

@@ -25,11 +25,12 @@ LAYERS: list[set[str]] = [
     {"pipeline"},
     {"preflight"},  # the in-image judge's request, Job and verdict (its vllm_judge.py imports nothing of ours)
     {"telemetry"},  # pods' /metrics -> status.speculation: pure, beside the flow, under the shell
+    {"rollout"},  # draft canaries: both arms' counters -> promote or roll back; the arms' workloads
     {"sources"},
     # stream: plan -f's shell over sources + pipeline; local_judge: the preflight judge under a local Python
     {"controller", "cli", "demo", "emulator", "__main__", "stream", "local_judge"},
 ]
-PURE_CORE = {"findings", "finding_codes", "vllm", "api", "geometry", "validation", "planning", "render", "pipeline", "preflight", "telemetry"}
+PURE_CORE = {"findings", "finding_codes", "vllm", "api", "geometry", "validation", "planning", "render", "pipeline", "preflight", "telemetry", "rollout"}
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
 

@@ -101,3 +101,22 @@ def test_series_are_one_per_cr_and_gauge_and_go_with_the_cr() -> None:
     assert len([k for k in scrape(metrics) if any(label == "name" for label, _ in k[1])]) == 50 * 10
     metrics.state.forget("ns-2", "cr-7")
     assert not [k for k in scrape(metrics) if ("name", "cr-7") in k[1]]
+
+
+def test_a_canarys_figures_carry_the_arm_label_and_its_phase_one_series() -> None:
+    metrics = Metrics()
+    rollout = {"phase": "Canary", "draft": "abc",
+               "stable": {"drafts": 900, "acceptanceRate": 0.8, "meanAcceptedLength": 3.4, "speedup": 2.6, "serverErrors": 0},
+               "canary": {"drafts": 120, "acceptanceRate": 0.01, "meanAcceptedLength": 1.03, "speedup": 0.8, "serverErrors": 2,
+                          "outputTokensPerSecondPerRequest": 41.5}}
+    metrics.state.observe("team-a", "llama", {**STATUS, "rollout": rollout})
+    samples = scrape(metrics)
+    canary, stable = (("arm", "canary"), *CR), (("arm", "stable"), *CR)  # labels sorted by name
+    rate = of(samples, "specdeploy_rollout_acceptance_rate")
+    assert rate == {canary: 0.01, stable: 0.8}
+    assert of(samples, "specdeploy_rollout_server_errors")[canary] == 2
+    assert of(samples, "specdeploy_rollout_output_tokens_per_second_per_request") == {canary: 41.5}
+    assert of(samples, "specdeploy_rollout_phase") == {(*CR, ("phase", "Canary")): 1.0}
+    metrics.state.observe("team-a", "llama", {**STATUS, "rollout": {"phase": "Sideways", "stable": "junk"}})
+    samples = scrape(metrics)
+    assert of(samples, "specdeploy_rollout_phase") == {} and of(samples, "specdeploy_rollout_drafts") == {}

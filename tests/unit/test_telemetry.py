@@ -159,7 +159,9 @@ def _by_prometheus_client(text: str) -> Sample:
                         total("vllm:spec_decode_num_accepted_tokens_total"),
                         tuple(sum(v for p, v in per_pos if p == i) for i in range(k)),
                         total("vllm:request_prompt_tokens_count"), total("vllm:request_prompt_tokens_sum"),
-                        total("vllm:request_generation_tokens_sum"))
+                        total("vllm:request_generation_tokens_sum"), total("vllm:generation_tokens_total"),
+                        total("http_requests_total"),
+                        sum(s.value for s in samples if s.name == "http_requests_total" and s.labels.get("status") == "5xx"))
     started = [s.value for s in samples if s.name == "process_start_time_seconds"]
     return Sample(counters, tuple(s.value for s in samples if s.name == RUNNING), max(started) if started else None)
 

@@ -21,9 +21,10 @@ READY: Final = "Ready"  # the summary Argo CD and `kubectl wait` read
 RECONCILING: Final = "Reconciling"  # kstatus's own pair (abnormal-true), which Flux reads
 STALLED: Final = "Stalled"
 SPECULATION_EFFECTIVE: Final = "SpeculationEffective"  # from the pods' acceptance counters
+ROLLOUT: Final = "Rollout"  # a draft canary's phase and decision (rollout/, docs/rollout.md)
 
 CONDITION_TYPES: Final[tuple[str, ...]] = (
-    VALIDATED, PLANNED, PREFLIGHT, PROGRESSING, AVAILABLE, READY, RECONCILING, STALLED, SPECULATION_EFFECTIVE,
+    VALIDATED, PLANNED, PREFLIGHT, PROGRESSING, AVAILABLE, READY, RECONCILING, STALLED, SPECULATION_EFFECTIVE, ROLLOUT,
 )
 # The verdicts of one reconcile on the spec; the others follow the workload.
 SPEC_CONDITIONS: Final[tuple[str, ...]] = (VALIDATED, PLANNED)
@@ -90,6 +91,19 @@ class Reason:
     NO_SPEEDUP = "NoSpeedup"
     NO_SPEEDUP_AT_LOAD = "NoSpeedupAtLoad"  # the typical observed batch is past the crossover (telemetry/load.py)
     EFFECTIVE = "Effective"
+    # Rollout (NOT_ENOUGH_DRAFTS above also: the canary's decision waits for drafts)
+    STABLE = "Stable"  # no draft change in flight: the stable arm serves the spec's draft
+    CANARY_STARTING = "CanaryStarting"
+    CANARY_NOT_WORSE = "CanaryNotWorse"
+    CANARY_WORSE = "CanaryWorse"
+    CANARY_ERRORS = "CanaryErrors"
+    CANARY_NOT_READY = "CanaryNotReady"
+    WITHIN_MARGIN = "WithinMargin"  # MAX_DRAFTS reached inside the bounds: the point estimate decided
+    MANUAL_PROMOTE = "ManualPromote"
+    MANUAL_ABORT = "ManualAbort"
+    PROMOTING = "Promoting"
+    PROMOTED = "Promoted"
+    ROLLED_BACK = "RolledBack"
     # Events only (no condition carries them)
     SPECULATIVE_TOKENS_CHANGED = "SpeculativeTokensChanged"
     PREFLIGHT_DISAGREES = "PreflightDisagrees"  # Warning: the fast rules accepted, the image's vLLM refused

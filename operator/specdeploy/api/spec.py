@@ -383,9 +383,25 @@ def _as_kubernetes(model: Any, value: Any, where: str) -> None:
 IntOrPercent = Union[int, str]
 
 
+RolloutStrategy = Literal["RollingUpdate", "Canary"]
+CanaryAction = Literal["Auto", "Promote", "Abort"]
+ROLLOUT_STRATEGY_FIELD = "spec.rollout.strategy"
+
+
+class CanarySpec(SpecModel):
+    """How a new draft is tried on a share of the replicas before it replaces the stable one (docs/rollout.md)."""
+
+    share: int = Field(10, ge=1, le=50, description="Percent of the serving replicas the canary gets, next to the stable ones (at least one pod): with N stable replicas the canary has max(1, round(N x share / (100 - share))) pods, and its traffic share follows its replica share behind the same Service.")
+    margin: float = Field(0.1, ge=0, lt=1, description="How much worse than the stable draft the canary may be and still be promoted: its predicted speedup (acceptance counted by vLLM, goodput model) against (1 - margin) x the stable one's.")
+    min_drafts: int = Field(100, ge=100, le=1_000_000, description="Drafts each arm must count before a decision; the decision then waits until a one-sided 95 % bound from the counts says not worse or worse (never a time).")
+    action: CanaryAction = Field("Auto", description="Auto: the counters decide. Promote: promote the spec's draft now (also one the operator rolled back). Abort: roll the canary back now. Promote applies to every later draft change too while it is set: set Auto again after.")
+
+
 class RolloutSpec(SpecModel):
     max_surge: IntOrPercent = Field(0, description="Extra pods during a rollout. Default 0: GPUs are scarce, so a surge pod would wait for GPUs that the old pod holds.")
     max_unavailable: IntOrPercent = Field(1, description="Pods that may be down during a rollout.")
+    strategy: RolloutStrategy = Field("RollingUpdate", description="RollingUpdate (default, the behaviour before canaries): a new draft replaces the old one by a rolling update. Canary: a change of spec.draft starts a canary workload with the new draft next to the stable one, and vLLM's acceptance counters decide whether it is promoted or rolled back (docs/rollout.md). Single-node plans only.")
+    canary: CanarySpec = Field(default_factory=CanarySpec, description="The canary's share, margin and manual promote or abort (strategy: Canary).")
 
     @field_validator("max_surge", "max_unavailable")
     @classmethod

@@ -22,7 +22,7 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 class Condition(SpecModel):
     """One observation in the standard Kubernetes condition shape."""
 
-    type: ConditionType = Field(description="Validated, Planned, Preflight (the image's own vLLM on the exact args), Progressing, Available, Ready (the summary), the kstatus pair Reconciling and Stalled, or SpeculationEffective (from the pods' acceptance counters).")
+    type: ConditionType = Field(description="Validated, Planned, Preflight (the image's own vLLM on the exact args), Progressing, Available, Ready (the summary), the kstatus pair Reconciling and Stalled, SpeculationEffective (from the pods' acceptance counters) or Rollout (a draft canary's phase).")
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase machine-readable reason for the last transition.", max_length=1024)
     message: str = Field("", description="Human-readable details.", max_length=32768)
@@ -109,6 +109,43 @@ class SpeculationStatus(SpecModel):
     cost_model: str | None = Field(None, description="What the cost model assumed: GPU roofline, context per sequence, acceptance source; or why it could not run.", max_length=1024)
 
 
+class RolloutArmStatus(SpecModel):
+    """One arm's figures over the comparison: counts since the canary became Ready."""
+
+    drafts: int = Field(ge=0, description="Drafts the arm's pods counted (vllm:spec_decode_num_drafts_total).")
+    acceptance_rate: float | None = Field(None, description="Accepted over proposed draft tokens. Falls with k by construction: with different k, compare speedup.")
+    mean_accepted_length: float | None = Field(None, description="Tokens per target step: 1 + accepted tokens / drafts.")
+    speedup: float | None = Field(None, description="The goodput model's speedup from the measured acceptance, E / (1 + c k): what the decision compares.")
+    speedup_at_load: float | None = Field(None, description="The cost model's speedup at the batch size the arm ran (telemetry/load.py).")
+    output_tokens_per_second_per_request: float | None = Field(None, description="vllm:generation_tokens_total per second per running request: reported, not decisive (it depends on the arm's request mix).")
+    responses: int = Field(0, ge=0, description="HTTP responses of the arm's API servers (http_requests_total).")
+    server_errors: int = Field(0, ge=0, description="Of which 5xx.")
+
+
+class RolloutDecisionStatus(SpecModel):
+    action: Literal["Wait", "Promote", "RollBack"] = Field(description="What the counters say: Wait (not enough drafts yet), Promote or RollBack.")
+    reason: str = Field(description="CanaryStarting, NotEnoughDrafts, CanaryNotWorse, CanaryWorse, CanaryErrors, CanaryNotReady or WithinMargin.", max_length=64)
+    message: str = Field("", description="The decision with its numbers.", max_length=4096)
+    margin: float | None = Field(None, description="The margin it was taken with (spec.rollout.canary.margin).")
+    difference: float | None = Field(None, description="Canary speedup - (1 - margin) x stable speedup.")
+    lower_bound: float | None = Field(None, description="The one-sided 95 % lower bound of difference: >= 0 promotes.")
+    upper_bound: float | None = Field(None, description="The one-sided 95 % upper bound of difference: < 0 rolls back.")
+
+
+class RolloutStatus(SpecModel):
+    """A draft change under spec.rollout.strategy Canary (docs/rollout.md)."""
+
+    phase: Literal["Canary", "Promoting", "Promoted", "RolledBack"] | None = Field(None, description="Canary (the new draft serves a share next to the stable arm), Promoting, Promoted, RolledBack; unset: no draft change in flight.")
+    draft: str | None = Field(None, description="Key of the draft the phase is about (sha256 of spec.draft, 16 hex digits).", max_length=64)
+    rejected_draft: str | None = Field(None, description="Key of the draft last rolled back: it is not tried again until spec.draft changes or spec.rollout.canary.action is Promote.", max_length=64)
+    canary_workload: str | None = Field(None, description="The canary's Deployment, as Kind/name.", max_length=512)
+    canary_replicas: int | None = Field(None, ge=0, description="Pods the canary asks for.")
+    message: str | None = Field(None, description="What the phase means now.", max_length=4096)
+    stable: RolloutArmStatus | None = Field(None, description="The stable arm's figures.")
+    canary: RolloutArmStatus | None = Field(None, description="The canary arm's figures.")
+    decision: RolloutDecisionStatus | None = Field(None, description="The last decision from both arms' counters, with its numbers.")
+
+
 class PreflightStatus(SpecModel):
     """The verdict of the image's own vLLM on one (image, args, configs) combination: kept so
     that a resync or an operator restart starts no second Job for it."""
@@ -132,7 +169,7 @@ class SpeculativeDeploymentStatus(SpecModel):
 
     observed_generation: int | None = Field(None, ge=0, description="The .metadata.generation the operator last acted on.")
     # listType map keyed by type: one condition per type, and server-side apply merges by type.
-    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Validated, Planned, Preflight, Progressing, Available, Ready, the kstatus pair, and SpeculationEffective.",
+    conditions: list[Condition] = Field(default_factory=list, max_length=16, description="Validated, Planned, Preflight, Progressing, Available, Ready, the kstatus pair, SpeculationEffective and Rollout.",
                                         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     plan: dict[str, Any] | None = Field(None, description="The parallelism and memory plan with every decision explained (same shape as `specdeploy plan`).", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     findings: list[FindingStatus] = Field(default_factory=list, max_length=256, description="Validation findings for the current spec.")
@@ -143,3 +180,4 @@ class SpeculativeDeploymentStatus(SpecModel):
     workload: str | None = Field(None, description="The workload serving the model, as Kind/name.", max_length=512)
     preflight: PreflightStatus | None = Field(None, description="The image's own vLLM's verdict on the exact args (spec.preflight).")
     speculation: SpeculationStatus | None = Field(None, description="Acceptance counted by vLLM on the serving pods, and the goodput model's verdict and recommended k.")
+    rollout: RolloutStatus | None = Field(None, description="A draft canary's phase, both arms' figures and the decision (spec.rollout.strategy Canary).")

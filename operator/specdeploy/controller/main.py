@@ -113,13 +113,11 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 
 
 def _warm_up() -> None:
-    """transformers imports each config class on first use (about a second for the first):
-    pay it at start-up, not in the first reconcile while the other workers wait."""
-    from transformers import CONFIG_MAPPING
+    """The config classes' generated data is read on first use: pay it at start-up, not in the
+    first reconcile while the other workers wait."""
+    from specdeploy.geometry.hf_classes import table
 
-    for model_type in ("llama", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "mixtral", "gpt_oss"):
-        if model_type in CONFIG_MAPPING:
-            CONFIG_MAPPING[model_type]
+    table()
 
 
 def _api_client() -> k8s_client.ApiClient:

@@ -4,7 +4,8 @@
 responses with an error status by verb, kind and code, preflight refusals of specs the fast
 rules accepted by the judge's stage, and gauges computed at scrape time from the last status
 each CR was given: CRs by Ready status, current findings by code and severity, and per CR
-(labels namespace and name) its speculation figures and preflight outcome. `/readyz`: 200 once the replica serves, its webhook too when it is on (leader or standby: both
+(labels namespace and name) its speculation figures and preflight outcome, and a draft canary's
+figures per arm (label arm: stable, canary) and phase. `/readyz`: 200 once the replica serves, its webhook too when it is on (leader or standby: both
 serve the webhook, and a standby
 that is not Ready would stall every rolling update), else 503; its body says "leader" or
 "standby". `/leader`: 200 on the leader, 503 on a standby (for a Service or a person that
@@ -52,6 +53,29 @@ _SPECULATION_GAUGES: tuple[tuple[str, str, Callable[[Mapping[str, Any]], float |
      lambda s: _unix_time(_speculation(s).get("observedAt"))),
 )
 _OBJECT_LABELS = ["namespace", "name"]
+# A draft canary's figures per arm (status.rollout.stable / .canary), labelled arm="stable"|"canary".
+_ARM_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("specdeploy_rollout_drafts", "Drafts the arm's pods counted since the canary was Ready", "drafts"),
+    ("specdeploy_rollout_acceptance_rate", "The arm's accepted / proposed draft tokens", "acceptanceRate"),
+    ("specdeploy_rollout_mean_accepted_length", "The arm's tokens per target step: 1 + accepted / drafts", "meanAcceptedLength"),
+    ("specdeploy_rollout_speedup", "The goodput model's speedup from the arm's acceptance (what the decision compares)", "speedup"),
+    ("specdeploy_rollout_output_tokens_per_second_per_request", "The arm's generated tokens per second per running request", "outputTokensPerSecondPerRequest"),
+    ("specdeploy_rollout_server_errors", "5xx responses of the arm's API servers since the canary was Ready", "serverErrors"),
+)
+ARMS = ("stable", "canary")
+
+
+def _arm_values(status: Mapping[str, Any]) -> tuple[tuple[float | None, ...], ...]:
+    rollout = status.get("rollout") or {}
+    if not isinstance(rollout, Mapping):
+        return ()
+    arms = [rollout.get(arm) if isinstance(rollout.get(arm), Mapping) else {} for arm in ARMS]
+    return tuple(tuple(_number(figures.get(key)) for _, _, key in _ARM_GAUGES) for figures in arms)
+
+
+def _phase(status: Mapping[str, Any]) -> str | None:
+    phase = (status.get("rollout") or {}).get("phase") if isinstance(status.get("rollout"), Mapping) else None
+    return phase if phase in ("Canary", "Promoting", "Promoted", "RolledBack") else None
 
 
 def _speculation(status: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -91,6 +115,8 @@ class _Seen:
     findings: tuple[tuple[str, str], ...]
     gauges: tuple[float | None, ...]
     preflight: str | None
+    arms: tuple[tuple[float | None, ...], ...] = ()  # per arm (ARMS), per _ARM_GAUGES
+    phase: str | None = None
 
 
 class _StateCollector:
@@ -108,7 +134,8 @@ class _StateCollector:
         gauges = tuple(value(status) for _, _, value in _SPECULATION_GAUGES)
         outcome = (status.get("preflight") or {}).get("outcome")
         with self._guard:
-            self._state[(namespace, name)] = _Seen(ready, findings, gauges, outcome if isinstance(outcome, str) else None)
+            self._state[(namespace, name)] = _Seen(ready, findings, gauges, outcome if isinstance(outcome, str) else None,
+                                                   _arm_values(status), _phase(status))
 
     def forget(self, namespace: str, name: str) -> None:
         with self._guard:
@@ -149,6 +176,24 @@ def _per_object(state: list[tuple[tuple[str, str], _Seen]]) -> Iterable[GaugeMet
         if seen.preflight is not None:
             outcome.add_metric([*key, seen.preflight], 1)
     yield outcome
+    yield from _per_arm(state)
+
+
+def _per_arm(state: list[tuple[tuple[str, str], _Seen]]) -> Iterable[GaugeMetricFamily]:
+    """A draft canary's figures, one series per CR, arm and gauge; its phase as one series per CR."""
+    for index, (metric, text, _) in enumerate(_ARM_GAUGES):
+        family = GaugeMetricFamily(metric, text, labels=[*_OBJECT_LABELS, "arm"])
+        for key, seen in state:
+            for arm, values in zip(ARMS, seen.arms):
+                if values[index] is not None:
+                    family.add_metric([*key, arm], values[index])
+        yield family
+    phase = GaugeMetricFamily("specdeploy_rollout_phase", "1 for the CR's draft rollout phase (Canary, Promoting, Promoted, "
+                              "RolledBack; status.rollout.phase)", labels=[*_OBJECT_LABELS, "phase"])
+    for key, seen in state:
+        if seen.phase is not None:
+            phase.add_metric([*key, seen.phase], 1)
+    yield phase
 
 
 class _LeaderCollector:

@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Awaitable, Callable, Mapping
 
-from specdeploy.api.conditions import PLANNED, PREFLIGHT, PROGRESSING, READY, SPEC_CONDITIONS, UNKNOWN, VALIDATED, Reason, Verdict
+from specdeploy.api.conditions import PLANNED, PREFLIGHT, PROGRESSING, READY, ROLLOUT, SPEC_CONDITIONS, UNKNOWN, VALIDATED, Reason, Verdict
 from specdeploy.api.parse import parse_spec
 from specdeploy.api.spec import KIND, SpeculativeDeploymentSpec
+from specdeploy.controller.canary import arms
+from specdeploy.rollout.phase import promotion_done
 from specdeploy.controller import preflight as gate
 from specdeploy.controller import state
 from specdeploy.controller.apply import Applied, apply_child, covers, owned_by, owned_children, prune
@@ -384,6 +386,16 @@ class Reconciler:
         """Render the children, check their names, apply them and prune what is no longer rendered."""
         assert run.spec is not None and run.evaluation is not None and run.evaluation.plan is not None
         children = render_manifests(run.spec, run.evaluation.plan, name=run.name, namespace=run.namespace)
+        try:
+            both = await arms(self.kube, run.spec, children, namespace=run.namespace, previous=run.previous)
+        except KubeTemporaryError as exc:
+            run.progressing = Verdict("Unknown", Reason.APPLY_RETRYING, f"{exc} (retrying)")
+            return run.stop(str(exc), "api")
+        children = both.children
+        if both.verdict is not None:
+            run.verdicts[ROLLOUT] = both.verdict
+            run.desired["rollout"] = both.status
+            run.events += [both.event] if both.event else []
         problems = invalid_names(children)
         if problems:
             run.progressing = Verdict("False", Reason.INVALID_CHILD_NAMES, "; ".join(problems)[:2000])
@@ -435,7 +447,7 @@ class Reconciler:
         before = status.get("conditions") or []
         desired = dict(run.desired)
         verdicts = verdicts_from(before)
-        verdicts.update({k: v for k, v in run.verdicts.items() if k in SPEC_CONDITIONS or k == PREFLIGHT})
+        verdicts.update({k: v for k, v in run.verdicts.items() if k in SPEC_CONDITIONS or k in (PREFLIGHT, ROLLOUT)})
         try:
             workload = await self._workload_now(run, status)
         except KubeTemporaryError as exc:  # keep the workload verdicts we had
@@ -554,9 +566,14 @@ class Reconciler:
         workload = self._workload_state(workload_body or None, str(meta.get("namespace")), str(meta.get("name")))
         verdicts.update(workload_verdicts(workload, applied=workload is not None))
         verdicts[READY] = ready_verdict(verdicts, workload)
+        promoted = promotion_done(previous.get("rollout"), workload_body)
+        if promoted is not None:
+            verdicts[ROLLOUT] = Verdict("True", Reason.PROMOTED, promoted["message"])
         generation = meta.get("generation")
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
         desired: dict[str, Any] = {"conditions": conditions}
+        if promoted is not None:
+            desired["rollout"] = promoted
         if workload is not None:
             desired["replicas"], desired["readyReplicas"] = workload.replicas, workload.ready
         return Result(_changes(previous, desired), condition_events(old_conditions, conditions))

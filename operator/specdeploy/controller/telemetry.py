@@ -44,6 +44,7 @@ import kopf
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from specdeploy.api.conditions import SPECULATION_EFFECTIVE, Reason, Verdict
 from specdeploy.controller.attempt import Events, reconcile_once
+from specdeploy.controller.canary_telemetry import CanaryWatch, arm_status, canary_round, decision_status
 from specdeploy.controller.conditions import condition_entry
 from specdeploy.controller.env import Number
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
@@ -171,6 +172,8 @@ class _Tracked:
     owners: frozenset[str] = frozenset()
     owners_of: str | None = None
     load: LoadWindow = field(init=False)  # batch sizes over the same window as the counters
+    samples: dict[str, Sample] = field(default_factory=dict)  # this round's samples of the stable arm, by pod
+    canary: CanaryWatch | None = None  # a draft canary's per-arm counts (controller/canary_telemetry.py)
 
     def __post_init__(self) -> None:
         self.load = LoadWindow(self.window.seconds)
@@ -287,6 +290,7 @@ class Telemetry:
         if tracked.k != k:  # a new k means new pods: acceptance of the old k says nothing of it
             tracked.window, tracked.k = Window(self.window_s), k
         moved, skipped, read = await self._scrape(tracked, namespace, name, now_s)
+        await self._judge_canary(tracked, namespace, name, now_s)
         if not moved:
             return None
         cost, cost_source = draft_cost(plan.get("method", ""), plan)
@@ -303,6 +307,27 @@ class Telemetry:
         if change is not None:
             await self._roll_out(tracked, namespace, name, change, old_k=k)
         return patch
+
+    async def _judge_canary(self, tracked: _Tracked, namespace: str, name: str, now_s: float) -> None:
+        """A draft canary's decision from both arms' counts; one other than Wait runs the
+        reconcile at once (it promotes or rolls back: controller/canary.py)."""
+        tracked.canary, decision = await canary_round(self.kube, self.pods, self._read_all, scrape_targets, tracked.canary,
+                                                      body=tracked.body, stable_samples=tracked.samples, now_s=now_s)
+        if decision is None:
+            return
+        rollout = (tracked.body.get("status") or {}).get("rollout") or {}
+        margin = float((((tracked.body.get("spec") or {}).get("rollout") or {}).get("canary") or {}).get("margin", 0.1))
+        figures = {"stable": arm_status(decision.stable), "canary": arm_status(decision.canary),
+                   "decision": decision_status(decision, margin)}
+        if {k: rollout.get(k) for k in figures} != figures:
+            await self.kube.merge_patch(KIND, namespace, name, {"status": {"rollout": _merge_patch(
+                {k: rollout.get(k) for k in figures if rollout.get(k) is not None}, figures)}}, subresource="status")
+            tracked.body.setdefault("status", {}).setdefault("rollout", {}).update(figures)
+        if decision.action != "Wait":
+            # The watch is kept: until the reconcile has moved the phase on (one that did not finish,
+            # over budget or an API error), each round decides the same again and runs it again.
+            self.logger.info("%s/%s: canary %s (%s): %s", namespace, name, decision.action, decision.why, decision.message)
+            await self._reconcile(namespace, name)
 
     async def _roll_out(self, tracked: _Tracked, namespace: str, name: str, change: KChange, old_k: int) -> None:
         """Re-run the reconcile with the new k in force: it renders it into --speculative-config
@@ -380,10 +405,12 @@ class Telemetry:
         wanted = [(pod, url) for pod, url, _ in targets if url is not None]
         results = await self._read_all([url for _, url in wanted])
         moved, read = False, 0
+        tracked.samples = {}
         for (pod, _), (sample, why) in zip(wanted, results):
             if sample is None:
                 skipped.append((pod, why or "unreadable"))
                 continue
+            tracked.samples[pod] = sample
             counters = sample.counters
             if tracked.k and counters.num_speculative_tokens != tracked.k:
                 skipped.append((pod, f"runs k={counters.num_speculative_tokens}, the plan k={tracked.k} (rolling out)"))
@@ -512,6 +539,10 @@ def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
         slim_status["workload"] = copy.deepcopy(status["workload"])
     if status.get("speculation"):
         slim_status["speculation"] = copy.deepcopy(status["speculation"])
+    rollout = status.get("rollout") or {}
+    if rollout.get("phase") == "Canary":  # what canary_round reads and _judge_canary compares
+        slim_status["rollout"] = {k: copy.deepcopy(rollout[k]) for k in ("phase", "draft", "canaryWorkload", "stable", "canary", "decision")
+                                  if k in rollout}
     # Only the condition the scraper owns (set_condition leaves the others alone) and the
     # findings that say why k is what it is (_k_reason).
     slim_status["conditions"] = [dict(c) for c in status.get("conditions") or [] if c.get("type") == CONDITION]
@@ -520,7 +551,7 @@ def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "generation") if k in meta},
-        "spec": {"draft": {"numSpeculativeTokens": _spec_k(body)}},
+        "spec": {"draft": {"numSpeculativeTokens": _spec_k(body)}, **_canary_settings(body)},
         "status": slim_status,
     }
 
@@ -532,6 +563,15 @@ def _at_load(analysis: Analysis, plan: Mapping[str, Any], batch_sizes: list[floa
     except CostModelError as exc:
         return None, {"costModel": str(exc)}
     return load, load_summary(load, analysis.k)
+
+
+def _canary_settings(body: Mapping[str, Any]) -> dict[str, Any]:
+    """spec.rollout's margin and minDrafts, kept only under strategy Canary (canary_round reads them)."""
+    rollout = (body.get("spec") or {}).get("rollout") or {}
+    if rollout.get("strategy") != "Canary":
+        return {}
+    canary = rollout.get("canary") or {}
+    return {"rollout": {"canary": {k: canary[k] for k in ("margin", "minDrafts") if k in canary}}}
 
 
 def _spec_k(body: Mapping[str, Any]) -> Any:

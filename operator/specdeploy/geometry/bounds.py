@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from specdeploy.geometry.context_length import LENGTH_KEYS
 from specdeploy.findings import Finding, Stage, error, json_type, shown_value
+from specdeploy.geometry.hf_classes import table
 
 CODE = "config-value-invalid"
 
@@ -349,20 +350,9 @@ _CONFIG_ATTRIBUTES = frozenset(_DTYPE_KEYS + _RoPE_KEYS + ("num_labels", "id2lab
 def _class_names() -> frozenset[str]:
     """PretrainedConfig's methods, read-only properties and class-level tables (attribute_map, sub_configs): a
     config key of that name replaces them on the instance, and transformers (or vLLM after it) then calls an int
-    (`to_dict: 5` made `to_dict()` raise TypeError) or iterates a number (`attribute_map: 5`)."""
-    import inspect
-
-    from transformers import PretrainedConfig
-
-    names = set()
-    for name in dir(PretrainedConfig):
-        attribute = inspect.getattr_static(PretrainedConfig, name)
-        if isinstance(attribute, property):
-            if attribute.fset is None:
-                names.add(name)
-        elif callable(attribute) or isinstance(attribute, (classmethod, staticmethod, dict, set, list)):
-            names.add(name)
-    return frozenset(names - _CONFIG_ATTRIBUTES)
+    (`to_dict: 5` made `to_dict()` raise TypeError) or iterates a number (`attribute_map: 5`). Read from
+    transformers by scripts/gen_hf_configs.py."""
+    return frozenset(set(table()["reserved_names"]) - _CONFIG_ATTRIBUTES)
 
 
 _CONFIG_CLASS_NAMES = _class_names()

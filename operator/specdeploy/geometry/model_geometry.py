@@ -6,22 +6,19 @@ Sources for each derivation: vllm/transformers_utils/model_arch_config_convertor
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
-
-from transformers import CONFIG_MAPPING, PretrainedConfig
-from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+from typing import Any, Callable
 
 from specdeploy.geometry.bounds import config_bound_findings, shown_value
 from specdeploy.geometry.context_length import derived_max_model_len
 from specdeploy.geometry.eagle_format import eagle_source_path, eagle_text_config, is_eagle_format
-from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
+from specdeploy.geometry.hf_classes import HFConfig, base_model, class_for, parse
+from specdeploy.geometry.mla_configs import MLA_CONFIG_BUILDERS
 from specdeploy.geometry.rejected_keys import MISSING, keys_at_fault, value_at
 from specdeploy.geometry.speculators import is_speculators_config, speculators_source_path, speculators_text_config
-from specdeploy.findings import Finding, error
+from specdeploy.findings import MAX_MESSAGE, Finding, cut, error
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.drafts import EAGLE_FORMAT_MODEL_TYPE
 from specdeploy.vllm.hf_config import EXPERT_COUNT_KEYS, config_value as _get, first_value as _first
@@ -109,32 +106,29 @@ class Geometry:
         return self.num_experts > 0
 
 
-def parse_config(raw: dict[str, Any]) -> PretrainedConfig | dict[str, Any]:
-    """Parse with the class vLLM's loader would use, so its validators run as they will
-    in the pod. Types neither we nor transformers know stay a plain dict (vLLM would need
+def parse_config(raw: dict[str, Any]) -> HFConfig | dict[str, Any]:
+    """Parse with the class vLLM's loader would use (its defaults, attribute map, sub-configs and
+    validators, as geometry/hf_classes.py applies them), so its refusals are found here rather
+    than in the pod. Types neither we nor transformers know stay a plain dict (vLLM would need
     the checkpoint's remote code for those)."""
     model_type = raw.get("model_type")
-    cls = MLA_CONFIG_CLASSES.get(model_type) or (CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None)
-    if cls is None:
+    mla = MLA_CONFIG_BUILDERS.get(model_type) if isinstance(model_type, str) else None
+    class_name = mla[0] if mla else class_for(model_type)
+    if class_name is None:
         return raw
-
-    def build(config: dict[str, Any]) -> PretrainedConfig:
-        # `from_dict` with no kwargs is exactly `cls(**config_dict)` plus a logger.info whose
-        # f-string serialises the whole config (~10 ms) even when the level drops the record.
-        # A deep copy: transformers fills nested dicts (rope parameters) in place.
-        return cls(**copy.deepcopy(config))
+    construct: Callable[[dict[str, Any]], HFConfig] = mla[1] if mla else (lambda config: parse(class_name, config))
 
     def accepts(config: dict[str, Any]) -> bool:
         try:
-            build(config)
+            construct(config)
         except Exception:
             return False
         return True
 
     try:
-        return build(raw)
-    except Exception as exc:  # transformers raises several types; all mean "rejected"
-        raise ConfigRejected(cls.__name__, _reason(exc), keys_at_fault(accepts, raw)) from exc
+        return construct(raw)
+    except Exception as exc:  # the classes raise several types; all mean "rejected"
+        raise ConfigRejected(class_name, _reason(exc), keys_at_fault(accepts, raw)) from exc
 
 
 def _reason(exc: Exception) -> str:
@@ -148,12 +142,12 @@ def _reason(exc: Exception) -> str:
     missing = re.fullmatch(r"'(\w+)' object has no attribute '(\w+)'", message)
     if missing:
         return f"building {missing[1]} needs {missing[2]}, which it does not have"
-    return message
+    return re.sub(r"'[^']{57,}'", lambda quoted: quoted[0][:54] + "...'", message)  # a value transformers quotes whole
 
 
-def text_config_of(config: PretrainedConfig | dict[str, Any]) -> Any:
+def text_config_of(config: HFConfig | dict[str, Any]) -> Any:
     """The LLM part: `text_config` (Kimi-K3, Llama-4, Qwen3-VL) or the config itself."""
-    if isinstance(config, PretrainedConfig):
+    if isinstance(config, HFConfig):
         return config.get_text_config()
     for key in ("text_config", "llm_config"):
         sub = config.get(key)
@@ -208,7 +202,7 @@ def _architectures(config: Any, text: Any, model_type: str) -> tuple[str, ...]:
     named = _get(config, "architectures") or _get(text, "architectures")
     if named:
         return tuple(named)
-    base = MODEL_MAPPING_NAMES.get(model_type)
+    base = base_model(model_type)
     return (base,) if isinstance(base, str) else ()
 
 
@@ -242,7 +236,7 @@ def _rejection(exc: ConfigRejected, raw: dict[str, Any], wrapper: str | None, fi
         return error("config-rejected", field_prefix, str(exc))
     shown = " or ".join(f"{'.'.join(path)} = {shown_value(value_at(raw, path))}" for path in paths[:3])
     field = f"{field_prefix}.{'.'.join(paths[0])}" if len(paths) == 1 else field_prefix
-    return error("config-rejected", field, f"{exc.config_class} rejects {shown}: {exc.reason}")
+    return error("config-rejected", field, cut(f"{exc.config_class} rejects {shown}: {exc.reason}", MAX_MESSAGE))
 
 
 def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> tuple[Geometry | None, list[Finding]]:
@@ -375,13 +369,13 @@ def _geometry(wrapper: str | None, config: Any, text: Any, counts: dict[str, int
         linear_attn_heads=int(linear.get("num_heads", 0)),
         linear_attn_head_dim=int(linear.get("head_dim", 0)),
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
-        text_config=text.to_dict() if isinstance(text, PretrainedConfig) else dict(text),
+        text_config=text.to_dict() if isinstance(text, HFConfig) else dict(text),
         vision_config=_as_dict(_get(config, "vision_config")),
         quantization=quantization or {},
     )
 
 
 def _as_dict(section: Any) -> dict[str, Any]:
-    if isinstance(section, PretrainedConfig):
+    if isinstance(section, HFConfig):
         return section.to_dict()
     return dict(section) if isinstance(section, dict) else {}

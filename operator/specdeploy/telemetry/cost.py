@@ -4,7 +4,9 @@ checks against measurements are in bench/RESULTS.md and docs/speculation-under-l
 
 A forward pass of T tokens over B sequences of C context tokens, on one TP rank:
     time = max(bytes / HBM bandwidth, FLOPs / peak) + TP all-reduce + a fixed per-step overhead
-    bytes = weights (MoE: the experts the T tokens touch) + B * C * KV bytes per context token
+           + a cost per token
+    bytes = weights (MoE: the experts the T tokens touch, a sequence's extra verified tokens
+            mostly reusing its first token's) + B * C * KV bytes per context token
     FLOPs = T * (2 * active params + C * attention FLOPs per context token)
 Tokens per second with speculation (B sequences, k proposed tokens):
     B * E(k) / (t_target(B * (k + 1)) + draft(B, k)),   without: B / t_target(B).
@@ -24,12 +26,21 @@ from specdeploy.vllm.methods import drafting, method_named
 
 # Datasheet peaks are not reached. Streaming kernels read HBM at about 85-90 % of the quoted
 # bandwidth; decode-shaped GEMMs (a few hundred rows) reach about half the dense tensor peak.
-# Stated assumptions until a GPU calibration replaces them (bench/RESULTS.md).
+# Stated, not fitted.
 HBM_EFFICIENCY = 0.85
 COMPUTE_EFFICIENCY = 0.5
+# Fitted on published GPU speedups (bench/fit_load_model.py, bench/data/load_model_fit.json; each
+# point's source and held-out residual in docs/speculation-under-load.md). Effective terms: they
+# reproduce speedups, not absolute step times (the model's batch-1 tokens/s is 2-3x low with them).
 # The engine's fixed cost per target step (scheduling, launches, sampling) and per draft pass.
-STEP_OVERHEAD_S = 0.5e-3
-DRAFT_PASS_OVERHEAD_S = 0.1e-3
+STEP_OVERHEAD_S = 7.128e-3
+DRAFT_PASS_OVERHEAD_S = 1.93e-3
+# Share of a sequence's extra verified tokens that route to experts its first token already
+# touched (0 would be uniform routing): the draft continues the same text.
+ROUTING_OVERLAP = 0.686
+# A target pass's cost per token beyond the roofline (sampling over the vocabulary, MoE token
+# dispatch, per-token scheduling).
+TOKEN_OVERHEAD_S = 6.854e-5
 # Context each sequence holds while decoding, when the workload's is not known: short chat turns.
 # Longer contexts make the KV read dominate, and speculation then pays at larger batches.
 DEFAULT_CONTEXT_TOKENS = 256
@@ -58,6 +69,8 @@ class Hardware:
     interconnect_bytes_s: float
     step_overhead_s: float = STEP_OVERHEAD_S
     draft_pass_overhead_s: float = DRAFT_PASS_OVERHEAD_S
+    routing_overlap: float = ROUTING_OVERLAP
+    token_overhead_s: float = TOKEN_OVERHEAD_S
 
     @classmethod
     def from_product(cls, product: GpuProduct) -> "Hardware":
@@ -81,11 +94,19 @@ def experts_touched(num_experts: int, experts_per_token: int, tokens: float) -> 
     return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** tokens)
 
 
-def bytes_read(model: ModelCompute, tokens: float, sequences: float, context: float) -> float:
+def routed_tokens(tokens: float, sequences: float, overlap: float) -> float:
+    """Tokens that route independently: a sequence's verified tokens continue one text, so
+    the extra ones reuse a share `overlap` of the experts its first token touched."""
+    first = min(tokens, sequences) if sequences > 0 else tokens
+    return first + (tokens - first) * (1.0 - overlap)
+
+
+def bytes_read(model: ModelCompute, tokens: float, sequences: float, context: float, overlap: float = 0.0) -> float:
     """Weights (only the touched experts' share of the routed ones) plus the batch's KV cache."""
     weights = float(model.weight_bytes)
     if model.num_experts:
-        touched = experts_touched(model.num_experts, model.experts_per_token, tokens) / model.num_experts
+        routed = routed_tokens(tokens, sequences, overlap)
+        touched = experts_touched(model.num_experts, model.experts_per_token, routed) / model.num_experts
         weights -= model.expert_bytes * (1.0 - touched)
     return weights + sequences * context * model.kv_bytes_per_context_token
 
@@ -106,8 +127,9 @@ def step_time(model: ModelCompute, hw: Hardware, *, tokens: float, sequences: fl
               overhead_s: float | None = None) -> float:
     """Seconds for one forward pass of `tokens` tokens over `sequences` sequences."""
     peak = hw.fp8_flops if model.fp8 else hw.bf16_flops
-    roof = max(bytes_read(model, tokens, sequences, context) / hw.hbm_bytes_s, flops(model, tokens, context) / peak)
-    return roof + all_reduce_s(model, tokens, tp, hw) + (hw.step_overhead_s if overhead_s is None else overhead_s)
+    roof = max(bytes_read(model, tokens, sequences, context, hw.routing_overlap) / hw.hbm_bytes_s, flops(model, tokens, context) / peak)
+    fixed = (hw.step_overhead_s + hw.token_overhead_s * tokens) if overhead_s is None else overhead_s
+    return roof + all_reduce_s(model, tokens, tp, hw) + fixed
 
 
 @dataclass(frozen=True)

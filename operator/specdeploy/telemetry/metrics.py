@@ -26,8 +26,16 @@ GENERATION_TOKENS = "vllm:request_generation_tokens"
 # prometheus_client's process collector, which vLLM's API server exports: a new value is a new
 # process, the only reason its counters may go down.
 PROCESS_START = "process_start_time_seconds"
+# Output tokens as they are generated (vllm/v1/metrics/loggers.py, counter_generation_tokens):
+# a canary arm's tokens per second, counted while requests run, not when they finish.
+OUTPUT_TOKENS = "vllm:generation_tokens"
+# The API server's HTTP responses, by status class (prometheus_fastapi_instrumentator, which
+# vllm/entrypoints/openai/api_server.py mounts; label status="2xx".."5xx"): a canary that
+# answers 5xx serves errors.
+HTTP_REQUESTS = "http_requests_total"
+STATUS_LABEL = "status"
 _TOTALS = frozenset(name + "_total" for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS))
-_LENGTHS = frozenset({PROMPT_TOKENS + "_count", PROMPT_TOKENS + "_sum", GENERATION_TOKENS + "_sum"})
+_LENGTHS = frozenset({PROMPT_TOKENS + "_count", PROMPT_TOKENS + "_sum", GENERATION_TOKENS + "_sum", OUTPUT_TOKENS + "_total"})
 
 
 class MetricsError(ValueError):
@@ -48,6 +56,9 @@ class Counters:
     requests: float = 0.0  # finished requests (the prompt-token histogram's count)
     prompt_tokens: float = 0.0
     generation_tokens: float = 0.0
+    output_tokens: float = 0.0  # vllm:generation_tokens_total: tokens generated, finished or not
+    responses: float = 0.0  # HTTP responses of the API server (http_requests_total, every status)
+    server_errors: float = 0.0  # of which status 5xx
 
     @property
     def mean_context(self) -> float | None:
@@ -72,6 +83,9 @@ class Counters:
             self.requests + other.requests,
             self.prompt_tokens + other.prompt_tokens,
             self.generation_tokens + other.generation_tokens,
+            self.output_tokens + other.output_tokens,
+            self.responses + other.responses,
+            self.server_errors + other.server_errors,
         )
 
     def fell(self, earlier: "Counters") -> str | None:
@@ -80,7 +94,10 @@ class Counters:
         named = [(DRAFTS, self.drafts, earlier.drafts), (DRAFT_TOKENS, self.draft_tokens, earlier.draft_tokens),
                  (ACCEPTED_TOKENS, self.accepted_tokens, earlier.accepted_tokens), (PROMPT_TOKENS + "_count", self.requests, earlier.requests),
                  (PROMPT_TOKENS + "_sum", self.prompt_tokens, earlier.prompt_tokens),
-                 (GENERATION_TOKENS + "_sum", self.generation_tokens, earlier.generation_tokens)]
+                 (GENERATION_TOKENS + "_sum", self.generation_tokens, earlier.generation_tokens),
+                 (OUTPUT_TOKENS + "_total", self.output_tokens, earlier.output_tokens),
+                 (HTTP_REQUESTS, self.responses, earlier.responses),
+                 (HTTP_REQUESTS + '{status="5xx"}', self.server_errors, earlier.server_errors)]
         named += [(f"{ACCEPTED_PER_POSITION}[{i}]", now, before)
                   for i, (now, before) in enumerate(zip(self.accepted_per_position, earlier.accepted_per_position))]
         return next((name for name, now, before in named if now < before), None)
@@ -98,12 +115,15 @@ class Counters:
             self.requests - earlier.requests,
             self.prompt_tokens - earlier.prompt_tokens,
             self.generation_tokens - earlier.generation_tokens,
+            self.output_tokens - earlier.output_tokens,
+            self.responses - earlier.responses,
+            self.server_errors - earlier.server_errors,
         )
 
 
 # What is read of a page, and nothing else: one pass finds these samples' lines (a page is
 # ~600 lines, ~20 of them these) and parses only them; the rest is never split or parsed.
-_READ = (ACCEPTED_PER_POSITION + "_total", *sorted(_TOTALS), *sorted(_LENGTHS), RUNNING, PROCESS_START)
+_READ = (ACCEPTED_PER_POSITION + "_total", *sorted(_TOTALS), *sorted(_LENGTHS), RUNNING, PROCESS_START, HTTP_REQUESTS)
 _LINE = re.compile(r"^(" + "|".join(re.escape(name) for name in _READ) + r")(?=[{ \t\r\n]|$)([^\n]*)", re.M)
 # A label set as the exposition format writes it, without backtracking (each alternative starts
 # with a different character): a hostile line costs its length, once.
@@ -163,11 +183,17 @@ def _counters(found: dict[str, list[tuple[str, float]]]) -> Counters:
         per_position[_position(labels)] += value
     if not found.get(DRAFTS + "_total"):
         raise MetricsError(f"no {DRAFTS}_total in the metrics: speculative decoding is not enabled on this server")
+    responses = errors = 0.0
+    for labels, value in found.get(HTTP_REQUESTS, ()):
+        _check_count(HTTP_REQUESTS, value)
+        responses += value
+        errors += value if dict(_ONE_LABEL.findall(labels)).get(STATUS_LABEL) == "5xx" else 0.0
     k = max(per_position) + 1 if per_position else 0
     return Counters(
         totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS],
         tuple(per_position.get(i, 0.0) for i in range(k)),
         totals[PROMPT_TOKENS + "_count"], totals[PROMPT_TOKENS + "_sum"], totals[GENERATION_TOKENS + "_sum"],
+        totals[OUTPUT_TOKENS], responses, errors,
     )
 
 
