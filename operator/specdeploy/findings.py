@@ -7,23 +7,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import Any, Iterable, Sequence
 
-
-class Severity(str, Enum):
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
-
-
-class Stage(str, Enum):
-    SPEC = "spec"  # the CR itself: schema, extra args, rule-set choice
-    CONFIG = "config"  # a model's config.json as vLLM parses it
-    PAIR = "pair"  # draft vs target, k, and the layout rules vLLM's config check runs
-    LOAD = "load"  # what fails only when vLLM builds the models
-    PLAN = "plan"  # our layout search: GPUs, nodes, memory fit
-
+from specdeploy.finding_codes import Severity, Stage, catalogued
 
 VALIDATION_STAGES = frozenset({Stage.SPEC, Stage.CONFIG, Stage.PAIR, Stage.LOAD})
 
@@ -37,6 +23,15 @@ class Finding:
     field: str
     message: str
     stage: Stage = Stage.PAIR
+
+    def __post_init__(self) -> None:
+        # Only a catalogued code, at a severity its entry allows, can be built (finding_codes.py).
+        # An error of rules guessed for an image of unknown release is reported as a warning
+        # (pipeline.Evaluation.as_guess): only the image's preflight can say it holds.
+        entry = catalogued(self.code)
+        guessed = self.severity is Severity.WARNING and Severity.ERROR in entry.severities
+        if self.severity not in entry.severities and not guessed:
+            raise ValueError(f"finding code {self.code!r} is catalogued as {entry.severity.value}, built as {self.severity.value}")
 
     def to_dict(self) -> dict[str, str]:
         return {"code": self.code, "severity": self.severity.value, "stage": self.stage.value,

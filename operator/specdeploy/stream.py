@@ -151,13 +151,11 @@ def _judge(parsed: ParsedObject, configmaps: dict[tuple[str, str], dict[str, Any
     try:
         target, draft = resolve_pair(spec, read)
     except SourceInvalid as exc:
-        return ObjectResult(parsed.name, parsed.namespace, parsed.findings + (error("config-invalid", exc.field, exc.message, Stage.CONFIG),), None, [])
+        return ObjectResult(parsed.name, parsed.namespace, parsed.findings + (exc.finding(),), None, [])
     except SourceUnavailable as exc:
-        message = exc.message
-        if exc.field.endswith(".model"):
-            message += ": set HF_HUB_OFFLINE=1 with a filled cache, use a configMapRef in the stream, or inline the config"
+        hint = ": set HF_HUB_OFFLINE=1 with a filled cache, use a configMapRef in the stream, or inline the config"
         return ObjectResult(parsed.name, parsed.namespace, parsed.findings, None, [],
-                            unjudged=(error("config-unavailable", exc.field, message, Stage.CONFIG),))
+                            unjudged=(exc.finding(hint if exc.field.endswith(".model") else ""),))
     evaluation = evaluate(spec, target, draft)
     manifests: list[dict[str, Any]] = []
     if evaluation.ok and evaluation.plan is not None:

@@ -18,6 +18,7 @@ import pytest
 from specdeploy.api.spec import API_GROUP
 from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.main import backoff
+from specdeploy.controller.reconcile import RetryKind
 from specdeploy.demo import write_kubeconfig
 
 from . import operator_process
@@ -78,7 +79,7 @@ async def test_a_403_stalls_with_slow_retries_and_converges_once_rbac_is_fixed(f
     # Retried slowly, not in a hot loop: the retry waited out the "slow" backoff (a busy machine
     # can only lengthen the wait).
     await eventually(lambda: len(refused.hit_at) >= 2, what="a retry of the refused create")
-    assert refused.hit_at[1] - refused.hit_at[0] >= backoff("slow", 0), "403 retried in a hot loop"
+    assert refused.hit_at[1] - refused.hit_at[0] >= backoff(RetryKind.SLOW, 0), "403 retried in a hot loop"
     faulty.clear()
     await eventually(lambda: _children(cluster), what="children once the 403 is gone")
     await eventually(lambda: cluster.condition(NAME, "Stalled").get("status") == "False", what="Stalled=False")

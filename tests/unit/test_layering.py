@@ -15,7 +15,7 @@ from specdeploy.vllm.methods import accepted_names
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "specdeploy"
 # Bottom first. A module may import its own layer and the layers below it, never above.
 LAYERS: list[set[str]] = [
-    {"findings"},
+    {"findings", "finding_codes"},
     {"vllm"},
     {"api"},
     {"geometry"},
@@ -30,7 +30,7 @@ LAYERS: list[set[str]] = [
     # stream: plan -f's shell over sources + pipeline; local_judge: the preflight judge under a local Python
     {"controller", "cli", "demo", "emulator", "__main__", "stream", "local_judge"},
 ]
-PURE_CORE = {"findings", "vllm", "api", "geometry", "validation", "planning", "render", "pipeline", "preflight", "telemetry", "rollout"}
+PURE_CORE = {"findings", "finding_codes", "vllm", "api", "geometry", "validation", "planning", "render", "pipeline", "preflight", "telemetry", "rollout"}
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
 

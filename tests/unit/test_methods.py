@@ -121,3 +121,18 @@ def test_ngram_gpu_is_planned_like_the_cpu_lookup_with_its_own_name() -> None:
     assert "speculative-config-combination" in {f.code for f in evaluate(bad, ModelInputs(load_config("meta-llama__Llama-3.1-8B-Instruct")), None).findings}
     with pytest.raises(ValueError, match="uses no draft model"):
         SpeculativeDeploymentSpec.model_validate({"target": {"model": "org/t"}, "draft": {"method": "ngram_gpu", "model": "org/d"}})
+
+
+def test_the_records_say_what_each_0_34_speculator_class_declares() -> None:
+    """The record's fields named after vLLM 0.34.0's SpeculatorConfig class attributes
+    (v1/worker/gpu/spec_decode/speculator_config.py) hold what each method's class declares,
+    as the refresh script reads them into the data (`speculators.classes`)."""
+    facts, checked = rule_set(NEWEST), []
+    for method, record in METHODS.items():
+        declared = facts.speculator(method)
+        if declared is None:
+            continue  # no class of its own in this release (medusa, mlp_speculator, custom_class)
+        assert (record.uses_target_hidden_states, record.parallel_drafting, record.draft_has_own_vocab) == \
+            (declared["uses_target_hidden_states"], declared["parallel_drafting"], declared["draft_has_own_vocab"]), method
+        checked.append(method)
+    assert {"eagle", "eagle3", "mtp", "dflash", "dspark", "draft_model", "ngram", "suffix", "extract_hidden_states"} <= set(checked)

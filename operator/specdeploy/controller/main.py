@@ -44,7 +44,7 @@ from specdeploy.controller.diffbase import DigestDiffBaseStorage
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration, request_timeout
 from specdeploy.controller.metrics import METRICS, METRICS_PORT
 from specdeploy.controller.offload import OffLoop, reconcile_budget
-from specdeploy.controller.reconcile import Reconciler
+from specdeploy.controller.reconcile import Reconciler, RetryKind
 from specdeploy.controller import state
 from specdeploy.preflight.job import JOB_LABEL
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, label_value
@@ -62,7 +62,7 @@ BACKOFF_SCALE_ENV = "SPECDEPLOY_BACKOFF_SCALE"
 BACKOFF_SCALE = env.Number(BACKOFF_SCALE_ENV, 1.0, minimum=0)
 LOG_FORMAT_ENV = "SPECDEPLOY_LOG_FORMAT"  # text (default) | json
 # kind -> (first delay, cap) in seconds.
-BACKOFF = {"api": (2.0, 120.0), "source": (15.0, 600.0), "slow": (30.0, 600.0)}
+BACKOFF = {RetryKind.API: (2.0, 120.0), RetryKind.SOURCE: (15.0, 600.0), RetryKind.SLOW: (30.0, 600.0)}
 
 
 @kopf.on.startup(registry=registry)
@@ -140,9 +140,8 @@ def _post(body: Any, events: list[tuple[str, str, str]]) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
 
 
-def backoff(kind: str, retry: int) -> float:
-    """Seconds before retry number `retry` (0-based): exponential per kind, capped. "slow" is
-    for refusals a person fixes (RBAC, a missing CRD); "source" for an unreachable Hub."""
+def backoff(kind: RetryKind, retry: int) -> float:
+    """Seconds before retry number `retry` (0-based): exponential per kind (RetryKind), capped."""
     base, cap = BACKOFF[kind]
     return BACKOFF_SCALE.get() * min(cap, base * 2 ** min(retry, 16))
 

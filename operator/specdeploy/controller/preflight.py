@@ -27,6 +27,7 @@ from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.controller.metrics import METRICS
 from specdeploy.controller.state import PreflightWaits
+from specdeploy.findings import Stage, error
 from specdeploy.preflight import JUDGE_FILE
 from specdeploy.preflight.job import CONFIG_MAP_LIMIT_BYTES, JOB_LABEL, config_map_bytes, preflight_config_map, preflight_job, preflight_name
 from specdeploy.preflight.outcome import RUNNING, JudgeVerdict, Outcome, config_map_of, job_outcome, owned_by, template_differs
@@ -98,8 +99,7 @@ def decide(outcome: Outcome, request: JudgeRequest, *, mode: str, job: str, fast
         verdict = outcome.verdict
         assert verdict is not None
         message = f"{where} refused the args at the {verdict.stage} stage: {verdict.error}"
-        finding = {"code": "preflight-refused", "severity": "error", "stage": _FINDING_STAGE.get(verdict.stage or "", "load"),
-                   "field": "spec", "message": message[:4096]}
+        finding = error("preflight-refused", "spec", message[:4096], Stage(_FINDING_STAGE.get(verdict.stage or "", "load"))).to_dict()
         disagree = [] if guess else [("Warning", Reason.PREFLIGHT_DISAGREES, f"vLLM {fast_version} rules accept the spec; {message}")]
         return Decision(False, Verdict("False", Reason.REFUSED, message), status, validated=Verdict("False", Reason.PREFLIGHT_REFUSED, message),
                         findings=[finding], events=disagree)

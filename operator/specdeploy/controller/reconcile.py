@@ -22,6 +22,7 @@ import functools
 import inspect
 import logging
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Awaitable, Callable, Mapping
 
 from specdeploy.api.conditions import PLANNED, PREFLIGHT, PROGRESSING, READY, ROLLOUT, SPEC_CONDITIONS, UNKNOWN, VALIDATED, Reason, Verdict
@@ -60,6 +61,19 @@ from specdeploy.sources import SourceInvalid, SourceUnavailable
 _WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 
 
+class RetryKind(str, Enum):
+    """Which backoff schedule a retry takes (controller/main.py BACKOFF). Every retry names its
+    kind where it is decided; API, the default, is also what a retry with no better word gets."""
+
+    API = "api"  # the API server failed or the reconcile was cut off: retry soon
+    SOURCE = "source"  # a model's config could not be read (the Hub, a ConfigMap): retry later
+    SLOW = "slow"  # a refusal a person fixes (RBAC, a missing CRD): retry slowly
+
+    @classmethod
+    def after(cls, exc: KubeTemporaryError) -> RetryKind:
+        return cls.SLOW if exc.slow else cls.API
+
+
 @dataclass
 class Result:
     """What a reconcile produced: status changes, events to post, and whether to retry."""
@@ -67,7 +81,7 @@ class Result:
     status_patch: dict[str, Any]
     events: list[Event] = field(default_factory=list)
     retry: str | None = None  # message of a transient failure: the caller raises TemporaryError
-    retry_kind: str = "source"  # "source" | "api" | "slow": picks the backoff schedule
+    retry_kind: RetryKind = RetryKind.API
     # Set by `write_status`: the CR as read under the lock (post Events on it) and its status
     # with the change applied.
     body: Mapping[str, Any] | None = None
@@ -96,7 +110,7 @@ class Pass:
     applied: Applied | None = None  # the workload as apply left it (saves a read)
     events: list[Event] = field(default_factory=list)  # posted beside the conditions' own
     retry: str | None = None
-    retry_kind: str = "source"
+    retry_kind: RetryKind = RetryKind.API
 
     @property
     def name(self) -> str:
@@ -115,7 +129,7 @@ class Pass:
         """The status as it was when the pass began."""
         return self.body.get("status") or {}
 
-    def stop(self, retry: str | None = None, kind: str = "source") -> bool:
+    def stop(self, retry: str | None = None, kind: RetryKind = RetryKind.API) -> bool:
         """End the pass here (the status step still runs), retrying later when `retry` says why."""
         self.retry, self.retry_kind = retry, kind
         return False
@@ -257,9 +271,9 @@ class Reconciler:
                                                   f"the last good verdict stands; refreshing the config failed: {why} (retrying)")
             else:
                 run.verdicts[VALIDATED] = Verdict("Unknown", Reason.CONFIG_UNAVAILABLE, f"{why} (retrying)")
-            return run.stop(why)
+            return run.stop(why, RetryKind.SOURCE)
         except SourceInvalid as exc:
-            run.desired["findings"] = [{"code": "config-invalid", "severity": "error", "stage": "config", "field": exc.field, "message": exc.message}]
+            run.desired["findings"] = [exc.finding().to_dict()]
             run.verdicts[VALIDATED] = Verdict("False", Reason.CONFIG_INVALID, f"{exc.field}: {exc.message}")
             run.verdicts[PLANNED] = Verdict("Unknown", Reason.NOT_VALIDATED, "the model config could not be read")
             return run.stop()
@@ -292,6 +306,7 @@ class Reconciler:
         run.verdicts[PLANNED] = Verdict("True", Reason.PLANNED, _layout_summary(plan))
         run.desired["plan"] = evaluation.plan_dict()
         run.retry = f"{stale.field}: {stale.message}" if stale is not None else None
+        run.retry_kind = RetryKind.SOURCE  # the stale config is refreshed on the source schedule
         return True
 
     def _judge_guess(self, run: Pass, guess: Evaluation, image_plan: Evaluation) -> bool:
@@ -309,6 +324,7 @@ class Reconciler:
         run.verdicts[PLANNED] = Verdict("True", Reason.PLANNED, f"{_layout_summary(plan)} (vLLM {plan.vllm_version}'s rules, for the image to judge)")
         run.desired["plan"] = image_plan.plan_dict()
         run.retry = f"{run.stale.field}: {run.stale.message}" if run.stale is not None else None
+        run.retry_kind = RetryKind.SOURCE
         return True
 
     async def _evaluate(self, run: Pass) -> Evaluation:
@@ -351,7 +367,7 @@ class Reconciler:
                 guess=_summary([f for f in run.guess.findings if f.severity is Severity.ERROR]) if run.guess else None)
         except KubeTemporaryError as exc:  # reading or writing the Job: the workload waits
             run.progressing = Verdict("Unknown", Reason.APPLY_RETRYING, f"preflight: {exc} (retrying)")
-            return run.stop(str(exc), "slow" if exc.slow else "api")
+            return run.stop(str(exc), RetryKind.after(exc))
         run.verdicts[PREFLIGHT] = decision.preflight
         if decision.status is not None:
             run.desired["preflight"] = decision.status
@@ -364,7 +380,7 @@ class Reconciler:
         if decision.proceed:
             return True
         run.progressing = decision.progressing
-        return run.stop(run.retry)  # a Job that may still change wakes the CR through its watch
+        return run.stop(run.retry, run.retry_kind)  # a Job that may still change wakes the CR through its watch
 
     async def apply(self, run: Pass) -> bool:
         """Render the children, check their names, apply them and prune what is no longer rendered."""
@@ -383,7 +399,7 @@ class Reconciler:
         problems = invalid_names(children)
         if problems:
             run.progressing = Verdict("False", Reason.INVALID_CHILD_NAMES, "; ".join(problems)[:2000])
-            return run.stop(run.retry)
+            return run.stop(run.retry, run.retry_kind)
         for child in children:
             child["metadata"]["ownerReferences"] = [_owner_reference(run.body)]
         try:
@@ -392,10 +408,10 @@ class Reconciler:
             stuck = exc.slow or run.attempt >= 1
             reason = Reason.APPLY_FAILED if stuck else Reason.APPLY_RETRYING
             run.progressing = Verdict("False" if stuck else "Unknown", reason, f"{exc} (retrying)")
-            return run.stop(str(exc), "slow" if exc.slow else "api")
+            return run.stop(str(exc), RetryKind.after(exc))
         except KubePermanentError as exc:
             run.progressing = Verdict("False", Reason.APPLY_FAILED, str(exc))
-            return run.stop(run.retry)
+            return run.stop(run.retry, run.retry_kind)
         run.desired.update(
             workload=f"{run.applied.kind}/{run.applied.name}",
             selector=selector_string(run.name),
@@ -435,7 +451,7 @@ class Reconciler:
         try:
             workload = await self._workload_now(run, status)
         except KubeTemporaryError as exc:  # keep the workload verdicts we had
-            retry, retry_kind = retry or str(exc), "api"
+            retry, retry_kind = retry or str(exc), RetryKind.API
         else:
             verdicts.update(workload_verdicts(workload, applied="workload" in desired or "workload" in status))
             if run.progressing is not None:
@@ -467,7 +483,7 @@ class Reconciler:
         verdicts[READY] = Verdict("False", Reason.RECONCILE_ERROR, message)
         generation = (body.get("metadata") or {}).get("generation")
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
-        return Result(_changes(previous, {"conditions": conditions}), condition_events(old_conditions, conditions), message, "api")
+        return Result(_changes(previous, {"conditions": conditions}), condition_events(old_conditions, conditions), message, RetryKind.API)
 
     def over_budget(self, body: Mapping[str, Any], budget_s: float, *, now: str) -> Result:
         """Status for a reconcile cut off by its time budget: Progressing=False with reason
@@ -490,7 +506,7 @@ class Reconciler:
         conditions = merge_conditions(old_conditions, verdicts, now=now, generation=generation)
         before = next((c for c in old_conditions if c.get("type") == PROGRESSING), {})
         events = [("Warning", Reason.RECONCILE_TIMEOUT, message)] if before.get("reason") != Reason.RECONCILE_TIMEOUT else []
-        return Result(_changes(previous, {"conditions": conditions}), events, message, "api")
+        return Result(_changes(previous, {"conditions": conditions}), events, message, RetryKind.API)
 
     def _workload_state(self, live: Mapping[str, Any] | None, namespace: str, cr_name: str) -> WorkloadState | None:
         """The workload's readiness, with what the scheduler said of the CR's pods."""

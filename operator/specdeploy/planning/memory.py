@@ -94,7 +94,7 @@ def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int,
     # config/vllm.py: chunked local attention + an EAGLE-style drafter disables the hybrid KV
     # cache manager, so the chunked layers are allocated as full attention.
     chunked = target.text_config.get("attention_chunk_size") if isinstance(target.text_config, dict) else None
-    return promote_local_to_full(caches) if chunked and record.use_eagle else caches
+    return promote_local_to_full(caches) if chunked and record.uses_target_hidden_states else caches
 
 
 def _hidden_state_cache(target: Geometry) -> list[LayerCache]:

@@ -183,7 +183,7 @@ def prior_alpha(method: str) -> float:
         return PRIOR_ALPHA_LOOKUP
     if record.target_mtp_layers:
         return PRIOR_ALPHA_TARGET_MTP
-    return PRIOR_ALPHA_HIDDEN_STATES if record.use_eagle else PRIOR_ALPHA_MODEL
+    return PRIOR_ALPHA_HIDDEN_STATES if record.uses_target_hidden_states else PRIOR_ALPHA_MODEL
 
 
 def prior_acceptance(method: str, positions: int) -> tuple[float, ...]:

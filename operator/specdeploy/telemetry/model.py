@@ -151,7 +151,7 @@ def _with_verdict(a: Analysis) -> Analysis:
     from dataclasses import replace
 
     drafts = a.counters.drafts
-    if a.method is not None and not method_named(a.method).proposes_tokens:
+    if a.method is not None and not method_named(a.method).proposes_draft_tokens:
         # extract_hidden_states counts a token it never drafted as accepted, every step
         # (v1/worker/gpu/spec_decode/extract_hidden_states.py: "always-accepted draft tokens").
         return replace(a, verdict=Verdict("False", Reason.NO_SPEEDUP,

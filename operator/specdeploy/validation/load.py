@@ -14,7 +14,7 @@ from specdeploy.findings import Finding, Stage, error, warning
 from specdeploy.validation.rules import DRAFT_TP_FIELD, TP_FIELD, check_model_tp
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIELDS, MARKOV_RANK_DSPARK_ARCHITECTURES,
-                                    draft_architectures)
+                                    draft_architectures, dspark_rename)
 from specdeploy.vllm.methods import built_draft_tp
 from specdeploy.vllm.fp8_blocks import fp8_block_failures
 from specdeploy.vllm.lm_head_copy import SHARE_REFUSAL
@@ -28,12 +28,10 @@ SPECULATIVE_CONFIG = "spec.draft.speculativeConfig"
 
 
 def _dspark_class(draft: Geometry) -> str | None:
-    """The DSpark class vLLM builds: config/speculative.py rewrites a `DSparkDraftModel`
-    with model_type qwen3 to Qwen3DSparkModel."""
-    archs = set(draft.architectures)
-    if "DSparkDraftModel" in archs and draft.text_model_type == "qwen3":
-        return "Qwen3DSparkModel"
-    return next((a for a in draft.architectures if a in MARKOV_RANK_DSPARK_ARCHITECTURES), None)
+    """The DSpark class vLLM builds: its rename of a Qwen3 `DSparkDraftModel`, else the DSpark
+    architecture the draft names."""
+    renamed = dspark_rename(draft.model_type, draft.architectures)
+    return renamed or next((a for a in draft.architectures if a in MARKOV_RANK_DSPARK_ARCHITECTURES), None)
 
 
 def _dspark_v4_head_fails(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:

@@ -109,7 +109,7 @@ def _check_architectures(spec: SpeculativeDeploymentSpec, target: Geometry, draf
 
 def _check_vocab(spec: SpeculativeDeploymentSpec, target: Geometry, draft: Geometry | None, facts: VllmFacts) -> list[Finding]:
     # vllm/config/speculative.py verify_equal_vocab_size_if_draft_model
-    if not spec.draft.speculative_method.needs_equal_vocab or draft is None:
+    if not spec.draft.speculative_method.draft_has_own_vocab or draft is None:
         return []
     if spec.draft.speculative_config.get("use_heterogeneous_vocab") and "use_heterogeneous_vocab" in facts.speculative_fields:
         return [info("heterogeneous-vocab", "spec.draft.speculativeConfig.use_heterogeneous_vocab",

@@ -82,7 +82,7 @@ def _fly_findings(method: Method, k: int | None, config: dict[str, Any]) -> list
     def refuse(key: str, message: str) -> list[Finding]:
         return [error("speculative-config-combination", f"{FIELD}.{key}", message)]
 
-    if not method.proposes_tokens:
+    if not method.proposes_draft_tokens:
         return refuse("rejection_sample_method", f"FLy (rejection_sample_method fly) is not compatible with method {method.name}, which proposes no tokens")
     window = config.get("fly_window_size")
     if k is None:
@@ -105,7 +105,7 @@ def _draft_logits_findings(method: Method, config: dict[str, Any], facts: VllmFa
         if logic.heterogeneous_vocab_excludes_local_argmax and config.get("use_local_argmax_reduction"):
             findings.append(error("speculative-config-combination", f"{FIELD}.use_heterogeneous_vocab",
                                   f"vLLM {facts.version}: use_heterogeneous_vocab is not compatible with use_local_argmax_reduction (token-level intersection needs the full draft logits)"))
-    if method.adaptive_verification_needs_draft_logits and config.get("enable_adaptive_verification") and config.get("use_local_argmax_reduction"):
+    if method.adaptive_verification_uses_draft_logits and config.get("enable_adaptive_verification") and config.get("use_local_argmax_reduction"):
         findings.append(error("speculative-config-combination", f"{FIELD}.enable_adaptive_verification",
                               "enable_adaptive_verification needs the draft logits that use_local_argmax_reduction never materializes; disable one"))
     return findings

@@ -68,6 +68,13 @@ def draft_architectures(method: str, model_type: str, architectures: Iterable[st
     archs = list(architectures)
     if model_type in ("speculators", "eagle"):
         return archs
-    if method == "dspark" and "DSparkDraftModel" in archs and model_type == "qwen3":
-        return ["Qwen3DSparkModel"]
-    return eagle_architectures(method, archs)
+    renamed = dspark_rename(model_type, archs) if method == "dspark" else None
+    return [renamed] if renamed else eagle_architectures(method, archs)
+
+
+def dspark_rename(model_type: str, architectures: Iterable[str]) -> str | None:
+    """The class vLLM builds a Qwen3 `DSparkDraftModel` as: SpeculativeConfig.__post_init__
+    (vllm/config/speculative.py) rewrites the draft's architectures to `Qwen3DSparkModel` when
+    they include `DSparkDraftModel` and `hf_config.model_type` (the top-level one) is qwen3.
+    None when no rename applies."""
+    return "Qwen3DSparkModel" if "DSparkDraftModel" in architectures and model_type == "qwen3" else None

@@ -12,7 +12,8 @@ from functools import cached_property
 from importlib import resources
 from typing import Any, Iterable
 
-from specdeploy.vllm.release_logic import RELEASE_LOGIC, ReleaseLogic
+from specdeploy.vllm.release_logic import ReleaseLogic
+from specdeploy.vllm.releases import RELEASE_LOGIC
 
 
 @dataclass(frozen=True)

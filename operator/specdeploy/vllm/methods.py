@@ -1,6 +1,6 @@
 """vLLM's speculative methods: one record per method, the one place that says how each drafts.
 
-Every other layer asks this table (`method_named(name).use_eagle`, ...) and never names a method.
+Every other layer asks this table (`method_named(name).uses_target_hidden_states`, ...) and never names a method.
 A record holds what is the same in every supported release; what a release changes is that
 release's: which names it accepts (`VllmFacts.speculative_methods`), its MTP aliases
 (`VllmFacts.mtp_model_types`), option defaults (`VllmFacts.speculative_fields`) and its
@@ -9,7 +9,11 @@ enum and prose are generated from it: `make crd`).
 
 Sources, per field: vllm/config/speculative.py (SpeculativeConfig.__post_init__, use_eagle(),
 _verify_args), v1/worker/gpu/spec_decode/<method>/ (how the draft is loaded and proposes), in
-0.32.0 and 0.33.0 alike.
+0.32.0 and 0.33.0 alike. Fields that a 0.34.0 speculator class declares carry its name
+(vllm/v1/worker/gpu/spec_decode/speculator_config.py `SpeculatorConfig`: uses_target_hidden_states,
+parallel_drafting, draft_has_own_vocab, proposes_draft_tokens,
+adaptive_verification_uses_draft_logits); tests/unit/test_methods.py checks them against each
+method's class in the 0.34.0 data.
 
 A name the table does not know is not refused here: from 0.34.0 a vLLM plugin in the image may
 register it (`register_speculative_method`). `method_named` gives it `unlisted_method`, a record
@@ -57,8 +61,10 @@ class Method:
     # standalone_ar/speculator.py StandaloneARSpeculator.load_draft_model pass a parallel_config
     # with the draft TP, which no layer reads.
     built_at_target_tp: bool = True
-    # SpeculativeConfig.use_eagle(): drafts on the target's hidden states.
-    use_eagle: bool = False
+    # Drafts on the target's hidden states: SpeculatorConfig.uses_target_hidden_states (0.34.0;
+    # SpeculativeConfig.use_eagle() before, "a stand-in for speculative decoding using target
+    # model hidden states").
+    uses_target_hidden_states: bool = False
     # Borrows the target's embedding and lm_head unless it ships different ones
     # (eagle/utils.py maybe_share_target_embed and the lm_head share).
     shares_target_embeddings: bool = False
@@ -73,8 +79,9 @@ class Method:
     forces_draft_model_type: bool = False
     # _verify_and_get_draft_tp: unset draft TP is 1 for this draft (MLPSpeculator), else the target's.
     draft_tp_defaults_to_one: bool = False
-    # verify_equal_vocab_size_if_draft_model: the draft must have the target's vocabulary.
-    needs_equal_vocab: bool = False
+    # The draft has its own vocabulary, which must be the target's: SpeculatorConfig.draft_has_own_vocab
+    # (0.34.0; verify_equal_vocab_size_if_draft_model before).
+    draft_has_own_vocab: bool = False
     # Builds a DSpark head (models/qwen3_dspark.py, deepseek_v4/nvidia/dspark.py).
     builds_dspark_head: bool = False
     # SpeculativeConfig options vLLM refuses with any other method.
@@ -83,8 +90,9 @@ class Method:
     option_ranges: tuple[tuple[str, float, float | None], ...] = ()
     # Two options vLLM requires in order (low <= high).
     ordered_options: tuple[str, str] | None = None
-    # Adaptive verification reads the draft logits (not dspark, which has its own confidence head).
-    adaptive_verification_needs_draft_logits: bool = True
+    # Adaptive verification reads the draft logits (not dspark, which has its own confidence head):
+    # SpeculatorConfig.adaptive_verification_uses_draft_logits (0.34.0).
+    adaptive_verification_uses_draft_logits: bool = True
     # A package the image must carry for this method (None: vLLM's own code).
     needs_package: str | None = None
     # What the method runs is code in the image that no rule here can read (a class the draft
@@ -94,7 +102,7 @@ class Method:
     model_names_class: bool = False
     # Proposes draft tokens (0.34.0 SpeculatorConfig.proposes_draft_tokens): a method that does
     # not (extract_hidden_states) cannot speed decoding up, whatever its acceptance counters say.
-    proposes_tokens: bool = True
+    proposes_draft_tokens: bool = True
     # The one k vLLM runs the method with (None: any k from 1).
     fixed_k: int | None = None
     # Keys vLLM's speculator reads from the target's config.json with no default.
@@ -104,6 +112,11 @@ class Method:
     # SpeculativeConfig options the method's speculator takes at one value only; it raises at
     # start-up (on the GPU's model runner) for any other.
     fixed_options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def parallel_drafting(self) -> bool:
+        """All k positions in one forward pass: SpeculatorConfig.parallel_drafting (0.34.0)."""
+        return self.drafting == "parallel"
 
     def k_source_name(self) -> str:
         """The field k defaults from, for messages."""
@@ -115,21 +128,21 @@ _NGRAM_DEFAULTS = dict(draft="none", keeps_draft_kv_cache=False, drafting="looku
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("eagle", "an EAGLE head on the target's hidden states", "required",
-           use_eagle=True, shares_target_embeddings=True),
+           uses_target_hidden_states=True, shares_target_embeddings=True),
     Method("eagle3", "an EAGLE-3 head on the target's hidden states", "required",
-           use_eagle=True, shares_target_embeddings=True),
+           uses_target_hidden_states=True, shares_target_embeddings=True),
     Method("mtp", "the target's own MTP layers", "optional", target_as_draft=True, target_mtp_layers=True,
-           pipeline_parallel=False, use_eagle=True, k_source="mtp_layers",
+           pipeline_parallel=False, uses_target_hidden_states=True, k_source="mtp_layers",
            exclusive_options=frozenset({"index_share_for_mtp_iteration"})),
-    Method("draft_model", "a smaller model of the target's vocabulary", "required", needs_equal_vocab=True,
+    Method("draft_model", "a smaller model of the target's vocabulary", "required", draft_has_own_vocab=True,
            exclusive_options=frozenset({"use_heterogeneous_vocab"})),
-    Method("dflash", "a DFlash block drafter", "required", use_eagle=True, shares_target_embeddings=True,
+    Method("dflash", "a DFlash block drafter", "required", uses_target_hidden_states=True, shares_target_embeddings=True,
            drafting="parallel"),
     Method("dspark", "a DSpark block drafter, or without draft.model the DSpark head inside the target "
            "checkpoint (DeepSeek-V4)", "optional", target_as_draft=True, pipeline_parallel=False,
-           use_eagle=True, shares_target_embeddings=True, drafting="parallel", k_source="block_size",
+           uses_target_hidden_states=True, shares_target_embeddings=True, drafting="parallel", k_source="block_size",
            builds_dspark_head=True, exclusive_options=frozenset({"dspark_draft_topk"}),
-           adaptive_verification_needs_draft_logits=False),
+           adaptive_verification_uses_draft_logits=False),
     Method("ngram", "prompt lookup on the CPU", **_NGRAM_DEFAULTS),  # type: ignore[arg-type]
     # v1/worker/gpu/spec_decode/ngram/speculator.py NgramGPUSpeculator: the same lookup in a GPU kernel.
     Method("ngram_gpu", "prompt lookup on the GPU", **_NGRAM_DEFAULTS),  # type: ignore[arg-type]
@@ -147,7 +160,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     # states for a KV connector, requires k 1, greedy draft sampling and the target config's
     # eagle_aux_hidden_state_layer_ids (planning/memory.py counts its hidden-state cache).
     Method("extract_hidden_states", "no drafting: caches the target's hidden states for a KV connector", "none",
-           keeps_draft_kv_cache=False, k_source="none", proposes_tokens=False, fixed_k=1,
+           keeps_draft_kv_cache=False, k_source="none", proposes_draft_tokens=False, fixed_k=1,
            target_config_keys=("eagle_aux_hidden_state_layer_ids",), keeps_hidden_state_cache=True,
            fixed_options=(("draft_sample_method", "greedy"),)),
     Method("suffix", "suffix decoding over the prompts and outputs seen", "none", keeps_draft_kv_cache=False,

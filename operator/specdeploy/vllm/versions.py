@@ -8,10 +8,11 @@ import re
 from functools import lru_cache
 
 from specdeploy.findings import Finding, Stage, warning
+from specdeploy.vllm import releases
 from specdeploy.vllm.facts import VllmFacts
 
-# One generated data file per release (vllm/data/<version>.json), oldest first.
-SUPPORTED_VERSIONS: tuple[str, ...] = ("0.32.0", "0.33.0", "0.34.0")
+# Oldest first: one module per release in vllm/releases/ (its data: vllm/data/<version>.json).
+SUPPORTED_VERSIONS: tuple[str, ...] = releases.SUPPORTED_VERSIONS
 NEWEST_VERSION = SUPPORTED_VERSIONS[-1]
 # The default image: the newest supported release, so a user who names no image gets today's
 # vLLM. (Only 0.32.0 has a CPU build: the e2e suite names that release in its CRs.)
