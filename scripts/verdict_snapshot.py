@@ -27,7 +27,7 @@ GPU = "H100-80GB"
 def _configs(dirs: list[str]) -> list[Path]:
     seen: dict[str, Path] = {}
     for directory in dirs:
-        for path in sorted(Path(directory).glob("*.json")):
+        for path in sorted(Path(directory).rglob("*.json")):
             seen.setdefault(hashlib.sha256(path.read_bytes()).hexdigest(), path)
     return sorted(seen.values(), key=lambda p: p.name)
 
@@ -83,6 +83,7 @@ def main() -> int:
         for argv in _commands(configs, workdir):
             record = _run(argv)
             record["stdout"] = str(record["stdout"]).replace(str(workdir), "<tmp>")
+            record["argv"] = [arg.replace(str(workdir), "<tmp>") for arg in argv]
             out.write(json.dumps(record, sort_keys=True) + "\n")
     print(f"{len(configs)} configs", file=sys.stderr)
     return 0

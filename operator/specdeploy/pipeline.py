@@ -136,7 +136,7 @@ def _evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: Model
         return Evaluation(tuple(findings + deploy_time), None, facts.version)
     rules = _layout_rules(spec, models, facts)
     findings += check_pair(spec, models, facts)
-    findings += check_load_pair(spec, models, draft.config if draft else None, facts)
+    findings += check_load_pair(spec, models, facts)
     k, k_findings = resolve_num_speculative_tokens(spec, models, facts, k_in_force)
     findings += k_findings + check_speculative_config(spec, k, models, facts)
     if k is None or has_errors([f for f in findings if not (despite_refusals and f.code in RELEASE_REFUSALS)]):

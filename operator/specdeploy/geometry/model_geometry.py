@@ -10,6 +10,7 @@ import copy
 import json
 import re
 from dataclasses import dataclass, field
+from collections.abc import Sized
 from typing import Any
 
 from transformers import CONFIG_MAPPING, PretrainedConfig
@@ -17,6 +18,7 @@ from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
 from specdeploy.geometry.bounds import config_bound_findings, shown_value
 from specdeploy.geometry.context_length import derived_max_model_len
+from specdeploy.geometry.layer_layout import CacheLayout, read_cache_layout
 from specdeploy.geometry.eagle_format import eagle_source_path, eagle_text_config, is_eagle_format
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
 from specdeploy.geometry.rejected_keys import MISSING, keys_at_fault, value_at
@@ -97,11 +99,19 @@ class Geometry:
     linear_attn_heads: int = 0
     linear_attn_head_dim: int = 0
     tie_word_embeddings: bool = False
-    # The LLM config as vLLM reads it, for the per-layer cache rules (planning/kv_cache.py).
+    # Which cache each layer holds and the state's sizes, read once (geometry/layer_layout.py).
+    layout: CacheLayout = field(default_factory=lambda: CacheLayout(kinds=()), compare=False, repr=False)
+    # How many layers extract_hidden_states captures (the config's eagle_aux_hidden_state_layer_ids).
+    aux_hidden_state_layers: int = 0
+    # The keys the config states: at its top level as written, and in its LLM config.
+    config_keys: frozenset[str] = frozenset()
+    text_config_keys: frozenset[str] = frozenset()
+    dflash_markov_rank: Any = None  # a DSpark draft's markov_rank kept only inside dflash_config
+    # The LLM config as vLLM reads it, for vLLM's per-model layer tables (geometry/splits.py).
     text_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    # The vision tower's config, for the sizes its layers split over TP (validation/load.py).
+    # The vision tower's config, for the sizes its layers split over TP (geometry/splits.py).
     vision_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    # The checkpoint's quantization_config, for the widths its weight blocks need (validation/load.py).
+    # The checkpoint's quantization_config, for the widths its weight blocks need (geometry/splits.py).
     quantization: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -273,7 +283,7 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         return None, [error("config-missing-field", f"{field_prefix}.num_key_value_heads",
                             f"num_key_value_heads is {attention.num_kv_heads}; it must be a positive integer "
                             f"(at most num_attention_heads {counts['num_attention_heads']})")]
-    return _geometry(wrapper, config, text, counts, attention, facts), []
+    return _geometry(wrapper, config, text, counts, attention, facts, raw), []
 
 
 def _required_counts(config: Any, text: Any, attention_free: bool, field_prefix: str) -> tuple[dict[str, int], list[Finding]]:
@@ -328,8 +338,9 @@ def _attention_shape(model_type: str, attention_free: bool, text: Any, counts: d
 
 
 def _geometry(wrapper: str | None, config: Any, text: Any, counts: dict[str, int], attention: _AttentionShape,
-              facts: VllmFacts) -> Geometry:
+              facts: VllmFacts, raw: dict[str, Any]) -> Geometry:
     layers = counts["num_hidden_layers"]
+    text_dict = text.to_dict() if isinstance(text, PretrainedConfig) else dict(text)
     linear = _get(text, "linear_attn_config") or {}
     linear = linear if isinstance(linear, dict) else {}
     kv_cache_layers = len(linear["full_attn_layers"]) if linear.get("full_attn_layers") else layers
@@ -375,10 +386,22 @@ def _geometry(wrapper: str | None, config: Any, text: Any, counts: dict[str, int
         linear_attn_heads=int(linear.get("num_heads", 0)),
         linear_attn_head_dim=int(linear.get("head_dim", 0)),
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
-        text_config=text.to_dict() if isinstance(text, PretrainedConfig) else dict(text),
+        **_read_once(raw, text_dict, layers, attention.num_kv_heads),
         vision_config=_as_dict(_get(config, "vision_config")),
         quantization=quantization or {},
     )
+
+
+def _read_once(raw: dict[str, Any], text: dict[str, Any], layers: int, kv_heads: int) -> dict[str, Any]:
+    """The fields planning and the load rules read beyond the attention shape: the cache layout,
+    the keys the config states, and the fields DSpark's and extract_hidden_states' classes read."""
+    aux = text.get("eagle_aux_hidden_state_layer_ids")
+    nested = raw.get("dflash_config")
+    return {"layout": read_cache_layout(text, layers, kv_heads),
+            "aux_hidden_state_layers": len(aux) if isinstance(aux, Sized) and aux else 0,
+            "config_keys": frozenset(raw), "text_config_keys": frozenset(text),
+            "dflash_markov_rank": nested.get("markov_rank") if isinstance(nested, dict) else None,
+            "text_config": text}
 
 
 def _as_dict(section: Any) -> dict[str, Any]:

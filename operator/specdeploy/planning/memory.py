@@ -93,7 +93,7 @@ def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int,
                                              role="draft")
     # config/vllm.py: chunked local attention + an EAGLE-style drafter disables the hybrid KV
     # cache manager, so the chunked layers are allocated as full attention.
-    chunked = target.text_config.get("attention_chunk_size") if isinstance(target.text_config, dict) else None
+    chunked = target.layout.attention_chunk_size
     return promote_local_to_full(caches) if chunked and record.use_eagle else caches
 
 
@@ -102,10 +102,9 @@ def _hidden_state_cache(target: Geometry) -> list[LayerCache]:
     CacheOnlyAttentionLayer: one head per captured layer of hidden_size, HiddenStateCacheSpec, an
     MLA-kind spec, so no separate V), in the model's dtype whatever the KV dtype, unsplit by TP.
     Counted as one full-attention layer of that width (vLLM groups it apart: an estimate)."""
-    ids = target.text_config.get("eagle_aux_hidden_state_layer_ids") or ()
-    if not ids:
+    if not target.aux_hidden_state_layers:
         return []
-    return [LayerCache(FULL, 1, bytes_per_token=len(ids) * target.hidden_size * model_dtype_bytes(target), model="draft")]
+    return [LayerCache(FULL, 1, bytes_per_token=target.aux_hidden_state_layers * target.hidden_size * model_dtype_bytes(target), model="draft")]
 
 
 def attention_bytes_per_token(caches: list[LayerCache]) -> int:
