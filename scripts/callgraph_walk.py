@@ -2,17 +2,17 @@
 
 From an entry function (default: the CLI's `validate`), follow calls depth-first into the
 project's own functions (each function once, calls in source order) and keep the calls on a path
-that reaches `--into` (default: planning/) plus everything planning itself calls. Every entry into
-a function and every return to its caller puts the reader in a file; the walk reports
+that reaches `--into` (default: planning/) plus everything planning itself calls. The files in the
+order the walk enters functions are what a reader opens; the walk reports
 
-- stays: runs of consecutive steps in one file (how many times the reader opens a file),
+- stays: runs of consecutive functions in one file (how many times the reader opens a file),
 - files: how many distinct files the walk visits,
-- climbs back up: runs that begin with a return into a file the reader had already left.
+- climbs back up: stays in a file the reader had already left (going back to it).
 
 Static and approximate on purpose (names resolved through imports and `self.`; no types): the
 same approximation before and after a change, so the two figures compare. Usage:
 
-    .venv/bin/python scripts/callgraph_walk.py [--entry MODULE:FUNCTION] [--into PREFIX] [-v]
+    python3 scripts/callgraph_walk.py [--package DIR] [--entry MODULE:FUNCTION] [--into PREFIX] [-v]
 """
 
 from __future__ import annotations
@@ -37,15 +37,15 @@ class Module:
     names: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # alias -> (module, attr|None)
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+def _module_name(path: Path, package: Path) -> str:
+    rel = path.relative_to(package.parent).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
     return ".".join(parts)
 
 
-def _read(path: Path) -> Module:
+def _read(path: Path, package: Path) -> Module:
     tree = ast.parse(path.read_text(), str(path))
-    module = Module(_module_name(path), path)
+    module = Module(_module_name(path, package), path)
     package = module.name if path.name == "__init__.py" else module.name.rpartition(".")[0]
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -70,8 +70,9 @@ def _read(path: Path) -> Module:
 class Graph:
     """The project's functions and the calls between them, resolved by name."""
 
-    def __init__(self) -> None:
-        self.modules = {m.name: m for m in map(_read, sorted(PACKAGE.rglob("*.py")))}
+    def __init__(self, package: Path = PACKAGE) -> None:
+        self.package = package
+        self.modules = {m.name: m for m in (_read(p, package) for p in sorted(package.rglob("*.py")))}
 
     def resolve_name(self, module: str, name: str, depth: int = 0) -> tuple[str, str] | str | None:
         """(module, function) for a function, a module name for a module, None otherwise."""
@@ -116,7 +117,7 @@ class Graph:
         return None
 
     def file(self, node: tuple[str, str]) -> str:
-        return str(self.modules[node[0]].path.relative_to(PACKAGE))
+        return str(self.modules[node[0]].path.relative_to(self.package))
 
 
 def walk(graph: Graph, entry: tuple[str, str], into: str) -> list[tuple[str, str, bool]]:
@@ -149,24 +150,28 @@ def walk(graph: Graph, entry: tuple[str, str], into: str) -> list[tuple[str, str
 
 
 def figures(steps: list[tuple[str, str, bool]]) -> tuple[int, int, int]:
-    """(stays, files, climbs back up)."""
+    """(stays, files, climbs back up) of the files in the order the walk enters functions."""
     stays = climbs = 0
-    previous = None
+    previous, seen = None, set()
     for path, _, is_return in steps:
+        if is_return:
+            continue
         if path != previous:
             stays += 1
-            climbs += is_return
+            climbs += path in seen
+            seen.add(path)
         previous = path
-    return stays, len({s[0] for s in steps}), climbs
+    return stays, len(seen), climbs
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entry", help="MODULE:FUNCTION to start at (default: the CLI's validate)")
     parser.add_argument("--into", default="planning/", help="file prefix under operator/specdeploy/ to follow calls into")
+    parser.add_argument("--package", type=Path, default=PACKAGE, help="the specdeploy package to walk (another checkout's, to compare)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every stay")
     args = parser.parse_args()
-    graph = Graph()
+    graph = Graph(args.package.resolve())
     entries = [args.entry] if args.entry else list(DEFAULT_ENTRIES)
     entry = next(((m, f) for m, f in (e.split(":") for e in entries)
                   if m in graph.modules and f in graph.modules[m].functions), None)
@@ -176,9 +181,9 @@ def main() -> int:
     if args.verbose:
         previous = None
         for path, function, is_return in steps:
-            if path != previous:
-                print(f"{'<- ' if is_return else '-> '}{path} ({function})")
-            previous = path
+            if path != previous and not is_return:
+                print(f"{path} ({function})")
+            previous = path if not is_return else previous
     stays, files, climbs = figures(steps)
     print(f"entry {entry[0]}:{entry[1]} into {args.into}: {stays} stays in {files} files, {climbs} climbs back up")
     return 0
