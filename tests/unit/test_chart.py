@@ -416,7 +416,7 @@ def test_every_object_carries_the_standard_labels(helm, values):
 
 def _run_help() -> str:
     if importlib.util.find_spec("specdeploy.cli") is None:
-        pytest.skip("operator/specdeploy/cli.py does not exist yet")
+        pytest.skip("operator/specdeploy/cli/ does not exist yet")
     proc = subprocess.run([sys.executable, "-m", "specdeploy.cli", "run", "--help"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
