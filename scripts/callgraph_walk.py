@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "operator" / "specdeploy"
-DEFAULT_ENTRIES = ("specdeploy.cli.validate:validate", "specdeploy.cli:_validate")
+VOCABULARY = ("findings.py", "vllm/")
+DEFAULT_ENTRIES = ("specdeploy.cli.validate:_validate", "specdeploy.cli:_validate")  # after, before the cli/ split
 
 
 @dataclass
@@ -120,7 +121,7 @@ class Graph:
         return str(self.modules[node[0]].path.relative_to(self.package))
 
 
-def walk(graph: Graph, entry: tuple[str, str], into: str) -> list[tuple[str, str, bool]]:
+def walk(graph: Graph, entry: tuple[str, str], into: str, vocabulary: tuple[str, ...] = ()) -> list[tuple[str, str, bool]]:
     """(file, function, is_return) per step of the depth-first walk."""
     reaches: dict[tuple[str, str], bool] = {}
 
@@ -140,6 +141,8 @@ def walk(graph: Graph, entry: tuple[str, str], into: str) -> list[tuple[str, str
         inside = inside or graph.file(node).startswith(into)
         steps.append((graph.file(node), node[1], False))
         for callee in graph.callees(*node):
+            if graph.file(callee).startswith(vocabulary) if vocabulary else False:
+                continue
             if callee not in seen and (inside or reaches_into(callee, frozenset({node}))):
                 visit(callee, inside)
                 steps.append((graph.file(node), node[1], True))
@@ -169,6 +172,9 @@ def main() -> int:
     parser.add_argument("--entry", help="MODULE:FUNCTION to start at (default: the CLI's validate)")
     parser.add_argument("--into", default="planning/", help="file prefix under operator/specdeploy/ to follow calls into")
     parser.add_argument("--package", type=Path, default=PACKAGE, help="the specdeploy package to walk (another checkout's, to compare)")
+    parser.add_argument("--vocabulary", action="append", default=None, metavar="PREFIX",
+                        help="files whose functions are read by name, not followed (default: findings.py and vllm/, the "
+                             "Finding constructors and the release facts every layer calls); --vocabulary none follows all")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every stay")
     args = parser.parse_args()
     graph = Graph(args.package.resolve())
@@ -177,7 +183,8 @@ def main() -> int:
                   if m in graph.modules and f in graph.modules[m].functions), None)
     if entry is None:
         parser.error(f"no entry function among {entries}")
-    steps = walk(graph, entry, args.into)
+    vocabulary = tuple(v for v in (args.vocabulary or VOCABULARY) if v != "none")
+    steps = walk(graph, entry, args.into, vocabulary)
     if args.verbose:
         previous = None
         for path, function, is_return in steps:
@@ -185,7 +192,8 @@ def main() -> int:
                 print(f"{path} ({function})")
             previous = path if not is_return else previous
     stays, files, climbs = figures(steps)
-    print(f"entry {entry[0]}:{entry[1]} into {args.into}: {stays} stays in {files} files, {climbs} climbs back up")
+    print(f"entry {entry[0]}:{entry[1]} into {args.into}, vocabulary {', '.join(vocabulary) or 'none'}: "
+          f"{stays} stays in {files} files, {climbs} climbs back up")
     return 0
 
 

@@ -30,6 +30,7 @@ from specdeploy.vllm.hf_config import EXPERT_COUNT_KEYS, config_value as _get, f
 from specdeploy.vllm.methods import METHODS
 from specdeploy.vllm.mtp import MtpModule, mtp_module
 
+_SERVED_DTYPE_BYTES = {"float32": 2, "float": 2, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "float8_e4m3fn": 1}
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
 _EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_topk", "moe_top_k")
 
@@ -117,6 +118,12 @@ class Geometry:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def served_dtype_bytes(self) -> int:
+        """Bytes per weight as vLLM serves them: float32 checkpoints in 16-bit under dtype=auto,
+        so 4 never appears."""
+        return _SERVED_DTYPE_BYTES.get(self.dtype, 2)
 
 
 def parse_config(raw: dict[str, Any]) -> PretrainedConfig | dict[str, Any]:

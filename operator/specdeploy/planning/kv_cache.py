@@ -40,6 +40,7 @@ from specdeploy.geometry import Geometry
 
 from specdeploy.geometry.layer_layout import CHUNKED, FULL, INDEXER, MLA, SLIDING, STATE, StateShape
 from specdeploy.planning import compressed_mla
+from specdeploy.vllm.methods import built_draft_tp, method_named
 
 FULL_KINDS = frozenset({FULL, MLA, INDEXER})  # every block of max_model_len, one group if alone
 FP8_DS_MLA_BYTES = 656  # MLAAttentionSpec page per token with cache_dtype_str fp8_ds_mla
@@ -284,3 +285,70 @@ def cache_need(caches: list[LayerCache], *, max_model_len: int, in_flight_tokens
         groups += n_groups
     per_block = widest * max_page
     return CacheNeed(per_block * (sequences * total_blocks + 1), block, per_block, total_blocks, groups)
+
+
+# ---- which layers each method builds, and what vLLM's start-up check needs for them ----------------
+
+def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int, draft_tp: int | None,
+                 pp: int, kv_cache_dtype: str, k: int, mamba_ssm_cache_dtype: str = "auto") -> list[LayerCache]:
+    """Every layer cache vLLM allocates on one GPU: the target's, then the draft's."""
+    caches = model_layer_caches(target, tp, pp, kv_cache_dtype, k, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
+    record = method_named(method)
+    if record.keeps_hidden_state_cache:
+        return caches + _hidden_state_cache(target)
+    if draft is None or not record.keeps_draft_kv_cache:
+        return caches
+    built_tp = built_draft_tp(record, tp, draft_tp) or tp
+    if record.target_mtp_layers:  # the target's own MTP layers, of the target's attention kind
+        layers = (draft.mtp.n_predict if draft.mtp else None) or 1
+        caches = caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=layers, role="draft")
+    else:
+        caches = caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=draft.num_kv_cache_layers,
+                                             role="draft")
+    # config/vllm.py: chunked local attention + an EAGLE-style drafter disables the hybrid KV
+    # cache manager, so the chunked layers are allocated as full attention.
+    chunked = target.layout.attention_chunk_size
+    return promote_local_to_full(caches) if chunked and record.use_eagle else caches
+
+
+def _hidden_state_cache(target: Geometry) -> list[LayerCache]:
+    """extract_hidden_states' one cache-only layer (models/extract_hidden_states.py
+    CacheOnlyAttentionLayer: one head per captured layer of hidden_size, HiddenStateCacheSpec, an
+    MLA-kind spec, so no separate V), in the model's dtype whatever the KV dtype, unsplit by TP.
+    Counted as one full-attention layer of that width (vLLM groups it apart: an estimate)."""
+    if not target.aux_hidden_state_layers:
+        return []
+    return [LayerCache(FULL, 1, bytes_per_token=target.aux_hidden_state_layers * target.hidden_size * target.served_dtype_bytes, model="draft")]
+
+
+def attention_bytes_per_token(caches: list[LayerCache]) -> int:
+    """What one more token of context costs on this GPU across its attention layers."""
+    return sum(c.bytes_per_token * c.layers for c in caches if c.kind != STATE)
+
+
+def state_bytes_per_sequence(caches: list[LayerCache]) -> int:
+    """Fixed per-sequence state of the Mamba-style layers (one page, before padding)."""
+    return sum(c.state_bytes * c.layers for c in caches if c.kind == STATE)
+
+
+def in_flight_tokens(max_num_batched_tokens: int, pp: int = 1) -> int:
+    """Tokens scheduled but not yet freed on a GPU (config/vllm.py `max_in_flight_tokens`:
+    `max_concurrent_batches` x max_num_batched_tokens), which sliding-window and chunked layers
+    keep blocks for. Async scheduling is on by default and keeps pp + 1 batches in flight (Model
+    Runner V2): for every method from 0.33; 0.32 turns it off for the methods without a draft
+    model (ngram, suffix, Medusa, MLP speculator: one batch), where this counts one batch more
+    than needed. The CPU platform turns it off (platforms/cpu.py): a CPU run of vLLM counts half.
+    max_num_batched_tokens is the release's default for the GPU or the user's (planning/batch.py)."""
+    return (pp + 1) * max_num_batched_tokens
+
+
+def kv_cache_need(caches: list[LayerCache], max_model_len: int, sequences: int, k: int, *,
+                  max_num_batched_tokens: int, pp: int = 1, release_block_size: int | None = None) -> CacheNeed:
+    """The GPU start-up check's figure: prefix caching is on by default for generation
+    models (engine/arg_utils.py), which puts hybrid models in Mamba `align` mode. Blocks are
+    the judging release's CacheConfig.DEFAULT_BLOCK_SIZE (VllmFacts.default_block_size), or
+    the MLA backends'."""
+    block_size = default_block_size(caches, release_block_size) if release_block_size else None
+    return cache_need(caches, max_model_len=max_model_len, sequences=sequences, num_speculative_tokens=k,
+                      block_size=block_size, mamba_align_mode=True,
+                      in_flight_tokens=in_flight_tokens(max_num_batched_tokens, pp))
