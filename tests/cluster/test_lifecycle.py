@@ -186,8 +186,14 @@ def test_the_job_controller_runs_the_preflight_and_its_pod_gives_the_verdict(clu
 
     verdict = until(passed, "the preflight verdict")
     assert verdict["status"] == "True" and verdict["reason"] == "Passed", verdict
-    jobs = client.BatchV1Api(cluster.api).list_namespaced_job(WORKLOAD_NS).items
-    (job,) = [j for j in jobs if j.metadata.name.startswith("preflighted-preflight")]
+
+    def completed() -> Any:
+        """The verdict is read from the pod's termination; the Job controller records it after."""
+        jobs = client.BatchV1Api(cluster.api).list_namespaced_job(WORKLOAD_NS).items
+        (job,) = [j for j in jobs if j.metadata.name.startswith("preflighted-preflight")]
+        return job if job.status.succeeded or job.status.failed else None
+
+    job = until(completed, "the Job controller to record the preflight Job's end")
     assert job.status.succeeded == 1 and any(c.type == "Complete" and c.status == "True" for c in job.status.conditions)
     pods = client.CoreV1Api(cluster.api).list_namespaced_pod(WORKLOAD_NS, label_selector=f"job-name={job.metadata.name}").items
     (pod,) = pods

@@ -161,12 +161,13 @@ class Outcome:
 
 
 def run_plan(text: str, path: Path, what: str = "") -> Outcome:
-    """`specdeploy plan -f path -o json` in this process."""
+    """`specdeploy plan -f path -o json` in this process; `seconds` is the CPU time it took (a
+    machine's load cannot make a run slow, only work can)."""
     from specdeploy.cli import main
 
     path.write_text(text)
     out, err = io.StringIO(), io.StringIO()
-    start = time.perf_counter()
+    start = time.process_time()
     code: int | None
     tb = None
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -176,7 +177,7 @@ def run_plan(text: str, path: Path, what: str = "") -> Outcome:
             code = exc.code if isinstance(exc.code, int) else 2
         except BaseException:  # noqa: BLE001 - what we are counting
             code, tb = None, traceback.format_exc()
-    return Outcome(what, code, time.perf_counter() - start, tb, err.getvalue(), out.getvalue())
+    return Outcome(what, code, time.process_time() - start, tb, err.getvalue(), out.getvalue())
 
 
 def children_problems(outcome: Outcome) -> list[str]:

@@ -1,4 +1,4 @@
-"""Malformed CRs through `specdeploy plan -f`, in process: no traceback, no run over 10 s, and
+"""Malformed CRs through `specdeploy plan -f`, in process: no traceback, no run over 10 s of CPU, and
 every refusal names what is wrong (a finding's field, or a message on stderr), and every
 accepted document's children pass the Kubernetes schemas. The corpus is
 seeded (tests/fuzz/hostile.py); SPECDEPLOY_FUZZ_COUNT runs a bigger one."""
@@ -29,7 +29,7 @@ def _run(tmp_path: Path, *, cli_shapes: bool, limit: int | None = None) -> list[
         if outcome.traceback:
             problems.append(f"{what}: traceback {outcome.traceback.strip().splitlines()[-1]}")
         elif outcome.seconds > 10:
-            problems.append(f"{what}: {outcome.seconds:.1f} s")
+            problems.append(f"{what}: {outcome.seconds:.1f} s of CPU")
         elif outcome.code not in (0, 1, 2):
             problems.append(f"{what}: exit {outcome.code}")
         elif not names_what_is_wrong(outcome):

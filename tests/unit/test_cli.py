@@ -207,6 +207,7 @@ def test_validate_judges_a_key_only_0_33_has_by_the_chosen_release(tmp_path: Pat
     cr = tmp_path / "sd.yaml"
     target = json.loads((MODEL_CONFIGS / "meta-llama__Llama-3.1-8B-Instruct.json").read_text())
     draft = json.loads((MODEL_CONFIGS / "specforge__llama3-8B-eagle3.json").read_text())
+    draft["draft_vocab_size"] = target["vocab_size"]  # shares the target's lm_head, which the key needs
     version = flag[1].rsplit("v", 1)[-1]
     cr.write_text(yaml.safe_dump({"spec": {"vllmVersion": version, "target": {"model": "t/t", "config": target},
                                        "draft": {"method": "eagle3", "model": "d/d", "numSpeculativeTokens": 3, "config": draft,

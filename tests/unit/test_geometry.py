@@ -7,6 +7,7 @@ import json
 import pytest
 from transformers import AutoConfig, DeepseekV2Config
 
+from specdeploy.findings import MAX_MESSAGE
 from specdeploy.geometry import read_geometry
 from specdeploy.vllm import DEFAULT_VERSION, rule_set
 from specdeploy.geometry.mla_configs import K3DSparkConfig
@@ -135,3 +136,14 @@ def test_vllm_eagle_format_reads_the_inner_model_with_eagle_architectures() -> N
 def test_dspark_block_size_is_read_only_where_vllm_reads_it() -> None:
     assert read_geometry(load_config("specforge__kimi-k3-dspark"), "d", DEFAULT_FACTS)[0].block_size == 7
     assert read_geometry(load_config("dspark-qwen3-block-size-in-dflash-config"), "d", DEFAULT_FACTS)[0].block_size is None
+
+
+def test_a_long_value_transformers_quotes_whole_is_cut_in_the_refusal() -> None:
+    """transformers' strict config classes quote the value they refuse in full: a 5000-character
+    string must not make a 5000-character finding (a condition, an Event, a terminal line)."""
+    config = load_config("deepseek-ai__DeepSeek-V3")
+    config["tie_word_embeddings"] = "x" * 5000
+    _, findings = read_geometry(config, "spec.target.config", rule_set("0.34.0"))
+    (finding,) = [f for f in findings if f.code == "config-rejected"]
+    assert finding.field == "spec.target.config.tie_word_embeddings"
+    assert len(finding.message) <= MAX_MESSAGE and "expected bool" in finding.message

@@ -23,7 +23,7 @@ from specdeploy.geometry.eagle_format import eagle_source_path, eagle_text_confi
 from specdeploy.geometry.mla_configs import MLA_CONFIG_CLASSES
 from specdeploy.geometry.rejected_keys import MISSING, keys_at_fault, value_at
 from specdeploy.geometry.speculators import is_speculators_config, speculators_source_path, speculators_text_config
-from specdeploy.findings import Finding, error
+from specdeploy.findings import MAX_MESSAGE, Finding, cut, error
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.drafts import EAGLE_FORMAT_MODEL_TYPE
 from specdeploy.vllm.hf_config import EXPERT_COUNT_KEYS, config_value as _get, first_value as _first
@@ -165,7 +165,7 @@ def _reason(exc: Exception) -> str:
     missing = re.fullmatch(r"'(\w+)' object has no attribute '(\w+)'", message)
     if missing:
         return f"building {missing[1]} needs {missing[2]}, which it does not have"
-    return message
+    return re.sub(r"'[^']{57,}'", lambda quoted: quoted[0][:54] + "...'", message)  # a value transformers quotes whole
 
 
 def text_config_of(config: PretrainedConfig | dict[str, Any]) -> Any:
@@ -259,7 +259,7 @@ def _rejection(exc: ConfigRejected, raw: dict[str, Any], wrapper: str | None, fi
         return error("config-rejected", field_prefix, str(exc))
     shown = " or ".join(f"{'.'.join(path)} = {shown_value(value_at(raw, path))}" for path in paths[:3])
     field = f"{field_prefix}.{'.'.join(paths[0])}" if len(paths) == 1 else field_prefix
-    return error("config-rejected", field, f"{exc.config_class} rejects {shown}: {exc.reason}")
+    return error("config-rejected", field, cut(f"{exc.config_class} rejects {shown}: {exc.reason}", MAX_MESSAGE))
 
 
 def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> tuple[Geometry | None, list[Finding]]:
