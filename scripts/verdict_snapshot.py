@@ -6,7 +6,7 @@ without a draft model (ngram, mtp), and every ordered pair of configs is a targe
 draft_model and eagle; each pair also goes through `plan -f` as a CR with both configs inline.
 Runs in-process (cli.main with argv), one line of JSON per command: argv, exit code, stdout.
 
-    PYTHONPATH=operator .venv/bin/python scripts/verdict_snapshot.py OUT.jsonl DIR [DIR ...]
+    PYTHONPATH=operator .venv/bin/python scripts/verdict_snapshot.py [--vllm-version X.Y.Z] OUT.jsonl DIR [DIR ...]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from specdeploy.cli import main as cli_main
 
 GPU = "H100-80GB"
+RELEASE: list[str] = []  # --vllm-version X.Y.Z for every command, when given
 
 
 def _configs(dirs: list[str]) -> list[Path]:
@@ -51,7 +52,8 @@ def _cr(target: Path, draft: Path, method: str) -> str:
           "spec": {"target": {"model": "org/target", "configMapRef": {"name": "target"}},
                    "draft": {"method": method, "model": "org/draft", "configMapRef": {"name": "draft"},
                              "numSpeculativeTokens": "auto"},
-                   "resources": {"gpu": {"product": GPU}}}}
+                   "resources": {"gpu": {"product": GPU}},
+                   **({"vllmVersion": RELEASE[1]} if RELEASE else {})}}
     return "\n---\n".join(json.dumps(doc) for doc in (*maps, cr))
 
 
@@ -60,13 +62,13 @@ def _commands(configs: list[Path], workdir: Path) -> list[list[str]]:
     for target in configs:
         for method in ("ngram", "mtp"):
             commands.append(["validate", "--target", str(target), "--method", method, "--num-speculative-tokens", "3",
-                             "--gpu", GPU, "-o", "json"])
+                             "--gpu", GPU, "-o", "json", *RELEASE])
         for draft in configs:
             if draft == target:
                 continue
             for method in ("draft_model", "eagle"):
                 commands.append(["validate", "--target", str(target), "--draft", str(draft), "--method", method,
-                                 "--num-speculative-tokens", "3", "--gpu", GPU, "-o", "json"])
+                                 "--num-speculative-tokens", "3", "--gpu", GPU, "-o", "json", *RELEASE])
             cr = workdir / f"{target.stem}--{draft.stem}.yaml"
             cr.write_text(_cr(target, draft, "draft_model"))
             commands.append(["plan", "-f", str(cr), "-o", "json"])
@@ -74,11 +76,15 @@ def _commands(configs: list[Path], workdir: Path) -> list[list[str]]:
 
 
 def main() -> int:
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    if args[:1] == ["--vllm-version"]:
+        RELEASE.extend(args[:2])
+        args = args[2:]
+    if len(args) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    configs = _configs(sys.argv[2:])
-    with tempfile.TemporaryDirectory() as tmp, open(sys.argv[1], "w") as out:
+    configs = _configs(args[1:])
+    with tempfile.TemporaryDirectory() as tmp, open(args[0], "w") as out:
         workdir = Path(tmp)
         for argv in _commands(configs, workdir):
             record = _run(argv)
