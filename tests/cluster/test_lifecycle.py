@@ -222,9 +222,15 @@ def test_an_edited_judge_gives_no_verdict_and_the_job_is_made_again(cluster: Clu
         core.create_namespaced_config_map(WORKLOAD_NS, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=original.metadata.name), data=data))
     finally:
         cluster.agent.hold.set()
-    edited = until(lambda: cluster.condition("edited-judge", "Preflight").get("reason") not in (None, "Running", "Passed")
-                   and cluster.condition("edited-judge", "Preflight"), "the edited judge's outcome")
-    assert edited["reason"] == "JudgeEdited", edited
+
+    def judge_edited() -> Any:
+        """The Warning Event, not the condition: the condition may already be the remade Job's
+        Running by the time it is read."""
+        events = core.list_namespaced_event(WORKLOAD_NS, field_selector="involvedObject.name=edited-judge").items
+        return next((e for e in events if e.reason == "JudgeEdited"), None)
+
+    edited = until(judge_edited, "the edited judge's Warning")
+    assert edited.type == "Warning" and "not the one the operator wrote" in edited.message, edited.message
     until(lambda: cluster.condition("edited-judge", "Preflight").get("reason") == "Passed", "the remade Job's verdict")
     jobs = [j for j in batch.list_namespaced_job(WORKLOAD_NS).items if j.metadata.name.startswith("edited-judge-preflight")]
     assert [j.metadata.uid for j in jobs] != [first.metadata.uid]
