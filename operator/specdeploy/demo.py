@@ -134,7 +134,7 @@ async def demo(example: Path, timeout: float) -> int:
     import kmock
 
     from specdeploy.controller.main import run
-    from specdeploy.controller.preflight import PREFLIGHT_ENV
+    from specdeploy.controller.preflight_gate import PREFLIGHT_ENV
     from specdeploy.emulator import ApiServerEmulator
 
     docs = [d for d in yaml.safe_load_all(example.read_text()) if d]

@@ -12,7 +12,7 @@ module, and every finding carries the stage that produced it:
                         that depend on it: validation.speculative_config)  stage pair
     plan the layout    (planning.planner)                  stage plan (vLLM's layout rules: pair)
     check extra args   (validation.extra_args)             stage spec
-    and the GPU device (planning.planner.device_findings: resource name, image build), whatever the models
+    and the GPU device (planning.placement.device_findings: resource name, image build), whatever the models
 
 When the rule set is a guess (the image is no release we have rules for: a custom tag, a
 nightly, a fork) and it refuses, the refusal is not vLLM's word: `Evaluation.image_plan` holds the
@@ -29,7 +29,8 @@ from specdeploy.api.spec import ROLLOUT_STRATEGY_FIELD, SpeculativeDeploymentSpe
 from specdeploy.findings import VALIDATION_STAGES, Finding, Severity, Stage, at_stage, error, has_errors
 from specdeploy.geometry import ModelInputs, Models, read_models
 from specdeploy.planning.plan import Plan
-from specdeploy.planning.planner import LayoutRules, device_findings, layout_findings, plan_layout
+from specdeploy.planning.placement import device_findings
+from specdeploy.planning.planner import LayoutRules, layout_findings, plan_layout
 from specdeploy.render.speculative_config import speculative_config
 from specdeploy.validation.extra_args import check_extra_args
 from specdeploy.validation.load import check_load_layout, check_load_pair
@@ -136,7 +137,7 @@ def _evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: Model
         return Evaluation(tuple(findings + deploy_time), None, facts.version)
     rules = _layout_rules(spec, models, facts)
     findings += check_pair(spec, models, facts)
-    findings += check_load_pair(spec, models, draft.config if draft else None, facts)
+    findings += check_load_pair(spec, models, facts)
     k, k_findings = resolve_num_speculative_tokens(spec, models, facts, k_in_force)
     findings += k_findings + check_speculative_config(spec, k, models, facts)
     if k is None or has_errors([f for f in findings if not (despite_refusals and f.code in RELEASE_REFUSALS)]):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy import cli
+from specdeploy.cli import common as cli_common
 from tests.fuzz.broad import _judged, _warm_up, plan_cases, run_forked, validate_cases
 
 COUNT = int(os.environ.get("SPECDEPLOY_FUZZ_COUNT", "400"))
@@ -20,7 +20,7 @@ COUNT = int(os.environ.get("SPECDEPLOY_FUZZ_COUNT", "400"))
 
 def test_a_broad_hostile_corpus_gets_a_clear_refusal_every_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a Hub repo id is read from the (empty) cache, never waited on
-    monkeypatch.setattr(cli, "_HUB_LOCAL_ONLY", None)
+    monkeypatch.setattr(cli_common, "_HUB_LOCAL_ONLY", None)
     _warm_up()
     problems, codes = [], set()
     for case in itertools.chain(plan_cases(COUNT, seed=5), validate_cases(COUNT // 4, seed=5)):

@@ -5,7 +5,7 @@ busy 2-core machine): a session pays it once per import-time environment (see be
 
 Why the child is still the shipped process, `python -m specdeploy.cli run …`:
 - It runs `specdeploy.cli` as `__main__` with runpy, as `-m` does: the same `main()` parses the
-  test's argv (sys.argv[0] is cli.py's path, as under -m), and its `sys.exit` ends the process
+  test's argv (sys.argv[0] is cli/__main__.py's path, as under -m), and its `sys.exit` ends the process
   through the interpreter's own exit: non-daemon threads joined, atexit handlers run, stdio
   flushed (multiprocessing's children end in os._exit instead, which is why this is not its
   forkserver).
@@ -45,7 +45,7 @@ import threading
 import traceback
 from typing import Any, Iterator
 
-PRELOAD = ("specdeploy.controller.main",)  # what `specdeploy run` imports; cli.py runs as __main__
+PRELOAD = ("specdeploy.controller.main",)  # what `specdeploy run` imports; cli/__main__.py runs as __main__
 
 
 class ImportTimeReads(os._Environ):  # type: ignore[type-arg]

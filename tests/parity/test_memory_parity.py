@@ -3,7 +3,7 @@
 vLLM's side is the preflight judge (`memory_judge.MemoryJudge` asks
 `specdeploy/preflight/vllm_judge.py`: vLLM's model classes on the meta device, its
 `get_kv_cache_configs`, at a GPU's block size, batch limits and scheduling); ours is
-`planning.memory.layer_caches` + `kv_cache.cache_need`, handed the facts the judge reads from
+`planning.kv_cache.layer_caches` + `kv_cache.cache_need`, handed the facts the judge reads from
 vLLM's config (block size, tokens in flight, Mamba cache mode, state dtype). A row is comparable
 when vLLM builds the model; where vLLM's config check accepts a case and its build fails, our
 `evaluate` must refuse it with a `load` finding. Runs under every release whose venv is there
@@ -30,7 +30,7 @@ from memory_judge import GPU_MEMORY_BYTES, MemoryJudge, MemoryVerdict  # noqa: E
 from specdeploy.geometry import read_geometry  # noqa: E402
 from specdeploy.geometry.drafts import vllm_draft_config  # noqa: E402
 from specdeploy.planning.kv_cache import cache_need  # noqa: E402
-from specdeploy.planning.memory import in_flight_tokens, layer_caches  # noqa: E402
+from specdeploy.planning.kv_cache import in_flight_tokens, layer_caches  # noqa: E402
 
 # Our plan for `image: vllm/vllm-openai:v<version>`: that release's rule set, or the newest one we
 # have (with a vllm-version-unknown warning) for a release we have no rules for yet. The judge
@@ -191,7 +191,7 @@ CPU_VS_GPU = """Why vLLM's own figure on a CPU is not the GPU's (an independent 
   without prefix caching hybrids are not in Mamba `align` mode (2 + k state pages, not 1 + k).
 The judge undoes these (`vllm_judge.py` `_shim_gpu_*`); with them, our plan was short by half of
 the in-flight window for sliding-window layers (it counted one batch, 8192 tokens): fixed in
-`planning/memory.py` `in_flight_tokens`. Kimi-K3's KDA layers keep one more state page with the
+`planning/kv_cache.py` `in_flight_tokens`. Kimi-K3's KDA layers keep one more state page with the
 FlashKDA prefill backend a GPU of SM90 or newer picks (`models/kimi_k3/nvidia/kda.py`
 `resolve_kda_prefill_backend`); the CPU judge builds the Triton backend's, so that page is left
 out of our side here (ours counts it, as on an H100)."""

@@ -45,7 +45,7 @@ QUANT = {"quant_method": "gptq", "bits": 4}
     ("no_rope_layers", [1, "x"], "no_rope_layers"),
     ("sliding_window", -4096, "sliding_window"),
     ("mamba_ssm_dtype", 16, "mamba_ssm_dtype"),
-    # Mamba-1/Mamba-2 layouts and state (planning/layer_layout.py).
+    # Mamba-1/Mamba-2 layouts and state (geometry/layer_layout.py).
     ("mamba_d_state", 10**18, "mamba_d_state"),
     ("attn_layer_period", 0, "attn_layer_period"),
     ("conv_kernel", 0, "conv_kernel"),
@@ -84,16 +84,15 @@ def test_real_values_pass_including_gptq_per_channel_group_size() -> None:
 
 
 def test_every_value_the_kv_cache_rules_read_is_bounded() -> None:
-    """A key planning/kv_cache.py, layer_layout.py or compressed_mla.py turns into a number, list or string must be in bounds.py, so a
-    new memory rule cannot read an unchecked value (int("x"), a modulo by 0, a 1e30-layer list)."""
+    """A key geometry/layer_layout.py (what planning/kv_cache.py and compressed_mla.py size) turns into a number, list or string
+    must be in bounds.py, so a new memory rule cannot read an unchecked value (int("x"), a modulo by 0, a 1e30-layer list)."""
     import re
     from pathlib import Path
 
     from specdeploy.geometry.bounds import BOUNDED_KEYS
 
-    planning = Path(__file__).resolve().parents[2] / "operator" / "specdeploy" / "planning"
-    source = "".join((planning / name).read_text() for name in ("kv_cache.py", "layer_layout.py", "compressed_mla.py"))
-    read = (set(re.findall(r"config_value\((?:text|config|model), \"(\w+)\"", source))
+    source = (Path(__file__).resolve().parents[2] / "operator" / "specdeploy" / "geometry" / "layer_layout.py").read_text()
+    read = (set(re.findall(r"(?:config_value|_int)\((?:text|config|model), \"(\w+)\"", source))
             | set(re.findall(r"linear(?:\.get\(|\[)\"(\w+)\"", source)) | set(re.findall(r"\bget\(\"(\w+)\"", source)))
     assert len(read) > 15, read
     assert read <= BOUNDED_KEYS, f"read by kv_cache.py but not bounded in geometry/bounds.py: {sorted(read - BOUNDED_KEYS)}"

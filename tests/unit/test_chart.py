@@ -291,8 +291,8 @@ def test_secret_reading_is_switched_on_in_the_operator_exactly_when_rbac_allows_
 
 def test_the_preflight_is_on_unless_the_chart_switches_it_off(helm):
     """preflight.enabled=false reaches the operator as the switch it reads; by default the
-    operator runs the preflight (no variable: controller/preflight.py's default is on)."""
-    from specdeploy.controller.preflight import PREFLIGHT_ENV, enabled
+    operator runs the preflight (no variable: controller/preflight_gate.py's default is on)."""
+    from specdeploy.controller.preflight_gate import PREFLIGHT_ENV, enabled
 
     default = {e["name"]: e.get("value") for e in _container(render(helm, None))["env"]}
     assert PREFLIGHT_ENV not in default
@@ -416,7 +416,7 @@ def test_every_object_carries_the_standard_labels(helm, values):
 
 def _run_help() -> str:
     if importlib.util.find_spec("specdeploy.cli") is None:
-        pytest.skip("operator/specdeploy/cli.py does not exist yet")
+        pytest.skip("operator/specdeploy/cli/ does not exist yet")
     proc = subprocess.run([sys.executable, "-m", "specdeploy.cli", "run", "--help"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from specdeploy import cli
+from specdeploy.cli import common as cli_common
 from tests.conftest import not_in_our_words
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +33,7 @@ def plan(capsys: pytest.CaptureFixture[str], path: Path | str, *extra: str) -> t
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a Hub repo id never waits on the network here
-    monkeypatch.setattr(cli, "_HUB_LOCAL_ONLY", None)
+    monkeypatch.setattr(cli_common, "_HUB_LOCAL_ONLY", None)
 
 
 def test_the_corpus_is_large() -> None:

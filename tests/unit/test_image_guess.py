@@ -16,7 +16,7 @@ import yaml
 
 from specdeploy.api.parse import parse_spec
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.controller import preflight as gate
+from specdeploy.controller import preflight_gate as gate
 from specdeploy.controller import webhook
 from specdeploy.geometry import ModelInputs
 from specdeploy.pipeline import Evaluation, evaluate

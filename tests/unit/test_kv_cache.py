@@ -4,8 +4,7 @@ vLLM 0.32.0's rules (the same figures vLLM's own get_kv_cache_configs gives: tes
 from __future__ import annotations
 
 from specdeploy.geometry import read_geometry
-from specdeploy.planning.kv_cache import cache_need, model_layer_caches
-from specdeploy.planning.memory import layer_caches
+from specdeploy.planning.kv_cache import cache_need, layer_caches, model_layer_caches
 from specdeploy.vllm import DEFAULT_VERSION, rule_set
 from tests.conftest import load_config
 

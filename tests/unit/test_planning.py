@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
-from specdeploy.planning.memory import GIB, attention_bytes_per_token, estimate_parameters, layer_caches
+from specdeploy.planning.kv_cache import attention_bytes_per_token, layer_caches
+from specdeploy.planning.memory import GIB, estimate_parameters
 from specdeploy.geometry import read_geometry
 from specdeploy.vllm import DEFAULT_VERSION, rule_set
 from tests.conftest import load_config

@@ -39,7 +39,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     # Model configs given as spec.target.configMapRef / spec.draft.configMapRef (get); the
     # preflight's ConfigMap (the judge, its request and the configs read), deleted once judged.
     Permission("", "configmaps", ("get", "create", "delete")),
-    # The preflight Job (controller/preflight.py): started once per image + args + configs, read
+    # The preflight Job (controller/preflight_gate.py): started once per image + args + configs, read
     # when it changes (list/watch, with a server-side selector on our label: no polling); its
     # TTL removes it. delete: a Job whose judge was edited, whose pod cannot be told from a copy,
     # or that runs another template than the operator's, is made again.

@@ -1,6 +1,6 @@
 """One reconcile for create, update and resume, as named steps: parse -> resolve configs ->
 judge (validation + plan) -> preflight (the image's own vLLM on the exact args, once per
-combination: controller/preflight.py) -> apply (render, apply, prune) -> status. Each step
+combination: controller/preflight_gate.py) -> apply (render, apply, prune) -> status. Each step
 reads and fills one `Pass`; a step that settles the verdict (an invalid spec, a config not
 readable yet, a refusal, a failed apply) stops the pass, and the status step always runs. A new step goes in
 `Reconciler.steps`, in flow order. The readiness mirror keeps status in step with the workload
@@ -30,7 +30,7 @@ from specdeploy.api.parse import parse_spec
 from specdeploy.api.spec import KIND, SpeculativeDeploymentSpec
 from specdeploy.controller.canary import arms
 from specdeploy.rollout.phase import promotion_done
-from specdeploy.controller import preflight as gate
+from specdeploy.controller import preflight_gate as gate
 from specdeploy.controller import state
 from specdeploy.controller.apply import Applied, apply_child, covers, owned_by, owned_children, prune
 from specdeploy.controller.config_reads import ConfigReads

@@ -52,7 +52,7 @@ import kopf
 from aiohttp import web
 
 from specdeploy.api.parse import MAX_REQUEST_BYTES, parse_object, parse_spec
-from specdeploy.controller import preflight
+from specdeploy.controller import preflight_gate
 from specdeploy.controller.env import Number
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model, resolve_pair
 from specdeploy.findings import Severity
@@ -113,7 +113,7 @@ def admission_verdict(obj: dict[str, Any], *, check_name: bool = True) -> Admiss
         return Admission(True, warnings=[f"not judged at admission: {exc.field}: {exc.message[:300]}; the operator judges it in status"])
     evaluation = evaluate(spec, target, draft)
     reported = evaluation.findings
-    if evaluation.image_plan is not None and preflight.runs_for(spec):
+    if evaluation.image_plan is not None and preflight_gate.runs_for(spec):
         # Rules guessed for an image of unknown release: not certain; the image's own vLLM decides.
         reported = evaluation.as_guess()
     elif not evaluation.ok:

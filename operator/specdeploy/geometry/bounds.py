@@ -48,7 +48,7 @@ _INTS: dict[str, tuple[int, int]] = {
     **{k: (1, 4096) for k in ("linear_conv_kernel_dim", "short_conv_kernel_size")},  # kernel - 1 + k state columns
     **{k: (1, _LAYERS) for k in ("full_attention_interval", "index_topk_freq")},  # divisors
     "index_skip_topk_offset": (0, _LAYERS),
-    # Mamba-1/Mamba-2 mixers and Zamba2's shared attention (planning/layer_layout.py).
+    # Mamba-1/Mamba-2 mixers and Zamba2's shared attention (geometry/layer_layout.py).
     **{k: (0, _HEADS) for k in ("mamba_n_heads", "mamba_num_heads", "n_mamba_heads", "n_groups", "mamba_n_groups",
                                 "mamba_ngroups")},
     **{k: (0, _WIDTH) for k in ("mamba_d_head", "mamba_head_dim", "mamba_d_state", "ssm_state_size", "state_size",
@@ -63,7 +63,7 @@ _INT_LISTS: dict[str, tuple[int, int, int]] = {
     "full_attn_layers": (1, _LAYERS, _LAYERS),  # 1-based layer numbers (Kimi Linear / K3)
     "no_rope_layers": (0, 1, _LAYERS),  # Llama 4: 0 marks a NoPE (global) layer
     "target_layer_ids": (-_LAYERS, _LAYERS, _LAYERS),  # EAGLE3 / DFlash / DSpark hidden-state taps
-    "compress_ratios": (0, 1 << 20, _LAYERS),  # DeepSeek-V4: KV compression ratio per layer (planning/compressed_mla.py)
+    "compress_ratios": (0, 1 << 20, _LAYERS),  # DeepSeek-V4: KV compression ratio per layer (geometry/layer_layout.py, planning/compressed_mla.py)
 }
 # Keys whose value is a list of strings (layer_types: one per layer).
 _STRING_LISTS: dict[str, int] = {"layer_types": _LAYERS, "layers_block_type": _LAYERS}

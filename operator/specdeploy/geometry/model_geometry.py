@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from collections.abc import Sized
 from typing import Any, Callable
 
 from specdeploy.geometry.bounds import config_bound_findings, shown_value
 from specdeploy.geometry.context_length import derived_max_model_len
+from specdeploy.geometry.layer_layout import CacheLayout, read_cache_layout
 from specdeploy.geometry.eagle_format import eagle_source_path, eagle_text_config, is_eagle_format
 from specdeploy.geometry.hf_classes import HFConfig, base_model, class_for, parse
 from specdeploy.geometry.mla_configs import MLA_CONFIG_BUILDERS
@@ -25,6 +27,7 @@ from specdeploy.vllm.hf_config import EXPERT_COUNT_KEYS, config_value as _get, f
 from specdeploy.vllm.methods import METHODS
 from specdeploy.vllm.mtp import MtpModule, mtp_module
 
+_SERVED_DTYPE_BYTES = {"float32": 2, "float": 2, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "float8_e4m3fn": 1}
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
 _EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_topk", "moe_top_k")
 
@@ -94,16 +97,30 @@ class Geometry:
     linear_attn_heads: int = 0
     linear_attn_head_dim: int = 0
     tie_word_embeddings: bool = False
-    # The LLM config as vLLM reads it, for the per-layer cache rules (planning/kv_cache.py).
+    # Which cache each layer holds and the state's sizes, read once (geometry/layer_layout.py).
+    layout: CacheLayout = field(default_factory=lambda: CacheLayout(kinds=()), compare=False, repr=False)
+    # How many layers extract_hidden_states captures (the config's eagle_aux_hidden_state_layer_ids).
+    aux_hidden_state_layers: int = 0
+    # The keys the config states: at its top level as written, and in its LLM config.
+    config_keys: frozenset[str] = frozenset()
+    text_config_keys: frozenset[str] = frozenset()
+    dflash_markov_rank: Any = None  # a DSpark draft's markov_rank kept only inside dflash_config
+    # The LLM config as vLLM reads it, for vLLM's per-model layer tables (geometry/splits.py).
     text_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    # The vision tower's config, for the sizes its layers split over TP (validation/load.py).
+    # The vision tower's config, for the sizes its layers split over TP (geometry/splits.py).
     vision_config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    # The checkpoint's quantization_config, for the widths its weight blocks need (validation/load.py).
+    # The checkpoint's quantization_config, for the widths its weight blocks need (geometry/splits.py).
     quantization: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def served_dtype_bytes(self) -> int:
+        """Bytes per weight as vLLM serves them: float32 checkpoints in 16-bit under dtype=auto,
+        so 4 never appears."""
+        return _SERVED_DTYPE_BYTES.get(self.dtype, 2)
 
 
 def parse_config(raw: dict[str, Any]) -> HFConfig | dict[str, Any]:
@@ -267,7 +284,7 @@ def _read_geometry(raw: dict[str, Any], field_prefix: str, facts: VllmFacts) -> 
         return None, [error("config-missing-field", f"{field_prefix}.num_key_value_heads",
                             f"num_key_value_heads is {attention.num_kv_heads}; it must be a positive integer "
                             f"(at most num_attention_heads {counts['num_attention_heads']})")]
-    return _geometry(wrapper, config, text, counts, attention, facts), []
+    return _geometry(wrapper, config, text, counts, attention, facts, raw), []
 
 
 def _required_counts(config: Any, text: Any, attention_free: bool, field_prefix: str) -> tuple[dict[str, int], list[Finding]]:
@@ -322,8 +339,9 @@ def _attention_shape(model_type: str, attention_free: bool, text: Any, counts: d
 
 
 def _geometry(wrapper: str | None, config: Any, text: Any, counts: dict[str, int], attention: _AttentionShape,
-              facts: VllmFacts) -> Geometry:
+              facts: VllmFacts, raw: dict[str, Any]) -> Geometry:
     layers = counts["num_hidden_layers"]
+    text_dict = text.to_dict() if isinstance(text, HFConfig) else dict(text)
     linear = _get(text, "linear_attn_config") or {}
     linear = linear if isinstance(linear, dict) else {}
     kv_cache_layers = len(linear["full_attn_layers"]) if linear.get("full_attn_layers") else layers
@@ -369,10 +387,22 @@ def _geometry(wrapper: str | None, config: Any, text: Any, counts: dict[str, int
         linear_attn_heads=int(linear.get("num_heads", 0)),
         linear_attn_head_dim=int(linear.get("head_dim", 0)),
         tie_word_embeddings=bool(_get(config, "tie_word_embeddings") or _get(text, "tie_word_embeddings")),
-        text_config=text.to_dict() if isinstance(text, HFConfig) else dict(text),
+        **_read_once(raw, text_dict, layers, attention.num_kv_heads),
         vision_config=_as_dict(_get(config, "vision_config")),
         quantization=quantization or {},
     )
+
+
+def _read_once(raw: dict[str, Any], text: dict[str, Any], layers: int, kv_heads: int) -> dict[str, Any]:
+    """The fields planning and the load rules read beyond the attention shape: the cache layout,
+    the keys the config states, and the fields DSpark's and extract_hidden_states' classes read."""
+    aux = text.get("eagle_aux_hidden_state_layer_ids")
+    nested = raw.get("dflash_config")
+    return {"layout": read_cache_layout(text, layers, kv_heads),
+            "aux_hidden_state_layers": len(aux) if isinstance(aux, Sized) and aux else 0,
+            "config_keys": frozenset(raw), "text_config_keys": frozenset(text),
+            "dflash_markov_rank": nested.get("markov_rank") if isinstance(nested, dict) else None,
+            "text_config": text}
 
 
 def _as_dict(section: Any) -> dict[str, Any]:

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-from specdeploy.vllm.hf_config import config_value
+from specdeploy.geometry.layer_layout import CompressedLayout
 
 SWA_BLOCK = 64  # DeepseekV4SWACache(block_size=64)
 COMPRESSED_BLOCK = 256  # DeepseekV4SparseMLABackend / DeepseekV4IndexerBackend kernel block size
@@ -50,36 +49,15 @@ def _pad(size: int, alignment: int) -> int:
     return -(-size // alignment) * alignment
 
 
-def compress_ratios(text: Any) -> list[int] | None:
-    """Each decoder layer's compression ratio (0: sliding window only), or None when the model
-    is not DeepSeek-V4-shaped. vLLM's own `DeepseekV4Config` keeps the checkpoint's
-    `compress_ratios`; transformers' class restates them as `layer_types` named in
-    `compress_rates`, which is read back the same way."""
-    ratios = config_value(text, "compress_ratios", None)
-    if isinstance(ratios, list):
-        return [int(r or 0) for r in ratios]
-    rates, types = config_value(text, "compress_rates", None), config_value(text, "layer_types", None)
-    if isinstance(rates, dict) and isinstance(types, list):
-        return [int(rates.get(str(t), 0) or 0) for t in types]
-    return None
-
-
-def is_compressed_mla(text: Any) -> bool:
-    """DeepSeek-V4 layout: per-layer compression ratios beside MLA attention."""
-    return compress_ratios(text) is not None
-
-
-def layer_specs(text: Any, layers: int, kv_cache_dtype: str,
+def layer_specs(layout: CompressedLayout, layers: int, kv_cache_dtype: str,
                 first_layer: int = 0) -> list[PackedSpec]:
-    """The caches of decoder layers `first_layer`..`first_layer + layers - 1`, in vLLM's order."""
-    ratios = compress_ratios(text) or []
-    num_hidden = int(config_value(text, "num_hidden_layers", len(ratios)))
-    head_dim = int(config_value(text, "head_dim", 512))
-    index_dim = int(config_value(text, "index_head_dim", 128))
+    """The caches of decoder layers `first_layer`..`first_layer + layers - 1`, in vLLM's order
+    (the ratios and widths as geometry/layer_layout.py read them)."""
+    ratios, num_hidden = layout.ratios, layout.num_hidden_layers
+    head_dim, index_dim, window = layout.head_dim, layout.index_head_dim, layout.window
     packed = kv_cache_dtype in ("auto",) or kv_cache_dtype.startswith("fp8")
     align = FP8_DS_MLA_ALIGN if packed else PLAIN_ALIGN
     row = FP8_DS_MLA_ROW if packed else head_dim * 2
-    window = int(config_value(text, "sliding_window", 128))
     out: list[PackedSpec] = []
     for layer in range(first_layer, first_layer + layers):
         ratio = max(1, int(ratios[layer])) if layer < num_hidden and layer < len(ratios) else 1

@@ -12,8 +12,8 @@ from typing import Any, Mapping
 
 from specdeploy.geometry import Geometry
 from specdeploy.planning.gpus import GpuProduct
-from specdeploy.planning.kv_cache import model_layer_caches
-from specdeploy.planning.memory import attention_bytes_per_token, estimate_parameters, estimate_weight_bytes, model_dtype_bytes
+from specdeploy.planning.kv_cache import attention_bytes_per_token, model_layer_caches
+from specdeploy.planning.memory import estimate_parameters, estimate_weight_bytes
 from specdeploy.vllm.methods import Method
 
 
@@ -95,7 +95,7 @@ def model_compute(model: Geometry, weight_bytes: int, tp: int, kv_cache_dtype: s
         kv_bytes_per_context_token=attention_bytes_per_token(caches),
         hidden_size=model.hidden_size,
         num_layers=model.num_layers,
-        fp8=bool(model.weight_bits and model.weight_bits <= 8) or model_dtype_bytes(model) == 1,
+        fp8=bool(model.weight_bits and model.weight_bits <= 8) or model.served_dtype_bytes == 1,
     )
 
 

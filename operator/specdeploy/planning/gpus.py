@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdeploy.findings import did_you_mean, near_misses
+from specdeploy.api.spec import SpeculativeDeploymentSpec
+from specdeploy.findings import Finding, Stage, did_you_mean, error, info, near_misses
 
 
 @dataclass(frozen=True)
@@ -92,13 +93,6 @@ MEMORY_MIB_LABELS = {"nvidia": "nvidia.com/gpu.memory"}
 DEFAULT_RESOURCE_NAME = RESOURCE_NAMES["nvidia"]
 
 
-def resource_name(explicit: str | None, product: GpuProduct | None) -> str:
-    """`resources.gpu.resourceName`, else the product's vendor's, else nvidia.com/gpu."""
-    if explicit:
-        return explicit
-    return RESOURCE_NAMES[product.vendor] if product is not None else DEFAULT_RESOURCE_NAME
-
-
 class UnknownGpuError(ValueError):
     pass
 
@@ -119,3 +113,29 @@ def lookup_gpu(name: str) -> GpuProduct:
     if meant:
         raise UnknownGpuError(f"unknown GPU {name!r}: {did_you_mean(meant)}")
     raise UnknownGpuError(f"unknown GPU {name!r}: use one of {', '.join(keys)}, or set memoryGiB")
+
+
+def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, list[Finding]]:
+    """The catalog entry `resources.gpu.product` names; a name not in the catalog is an error
+    even when memoryGiB is given (a typo there would otherwise go unnoticed)."""
+    product = spec.resources.gpu.product
+    if product is None:
+        return None, []
+    try:
+        return lookup_gpu(product), []
+    except UnknownGpuError as exc:
+        return None, [error("gpu-unknown", "spec.resources.gpu.product", str(exc), Stage.PLAN)]
+
+
+def gpu_memory_gib(spec: SpeculativeDeploymentSpec, product: GpuProduct | None,
+                    findings: list[Finding]) -> tuple[float | None, list[Finding]]:
+    """GPU memory: memoryGiB, else the product's; `findings` are the product lookup's."""
+    gpu = spec.resources.gpu
+    if gpu.memory_gi_b is not None:
+        return gpu.memory_gi_b, findings
+    if product is not None:
+        return product.memory_gib, findings
+    if not findings:
+        findings = [info("memory-not-checked", "spec.resources.gpu",
+                         "no GPU product or memoryGiB given: the memory fit is not checked", Stage.PLAN)]
+    return None, findings

@@ -8,7 +8,13 @@ Restates vLLM (the releases in specdeploy.vllm; these files are unchanged betwee
   index_head_dim + 4 B per 128 for the scale, on every layer that builds an indexer),
   `.../chunked_local_attention.py` (Llama-4's RoPE layers), gpt-oss `layer_types`
   (`SlidingWindowSpec`); which layers hold which cache, and the Mamba/GatedDeltaNet/KDA
-  state per layer: planning/layer_layout.py;
+  state per layer: geometry/layer_layout.py reads them from the config (once, into the model's
+  `CacheLayout`); the state's bytes per rank: `layers/mamba/mamba_utils.py`
+  `MambaStateShapeCalculator` (`mamba1_state_shape`: conv (d/tp, kernel-1) + ssm (d/tp, state);
+  `mamba2_state_shape`: conv ((d + 2 groups x state)/tp, kernel-1+k) with groups padded to the TP
+  size, ssm (heads/tp, head_dim, state); `gated_delta_net_state_shape`, `kda_state_shape`) and
+  `MambaStateDtypeCalculator` (conv in the model dtype, ssm in mamba_ssm_cache_dtype; KDA's
+  recurrent state fp32);
 - what one request needs: `v1/kv_cache_interface.py` `max_memory_usage_bytes` of each spec
   (full: every block of max_model_len; sliding window: window - 1 + in-flight tokens, + 1
   block; chunked: chunk + in-flight tokens; Mamba: (1 + k) state pages, 2 + k in `align`
@@ -30,10 +36,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from specdeploy.geometry import Geometry
+
+from specdeploy.geometry.layer_layout import CHUNKED, FULL, INDEXER, MLA, SLIDING, STATE, StateShape
 from specdeploy.planning import compressed_mla
-from specdeploy.vllm.hf_config import config_value
-from specdeploy.planning.layer_layout import (CHUNKED, FULL, INDEXER, MLA, SLIDING, STATE, attention_shape,
-                                              dtype_bytes, layer_kinds, prefill_checkpoint_blocks, state_bytes)
+from specdeploy.vllm.methods import built_draft_tp, method_named
 
 FULL_KINDS = frozenset({FULL, MLA, INDEXER})  # every block of max_model_len, one group if alone
 FP8_DS_MLA_BYTES = 656  # MLAAttentionSpec page per token with cache_dtype_str fp8_ds_mla
@@ -41,6 +48,7 @@ INDEXER_QUANT_BLOCK = 128  # DeepseekV32IndexerCache: one fp32 scale per 128 uin
 GPU_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 GPU_MLA_BLOCK_SIZE = 64  # FlashMLA / FlashInfer-MLA kernel block size
 _KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "bfloat16": 2, "float16": 2}
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,11 @@ class CacheNeed:
     groups: int
 
 
+def dtype_bytes(dtype: str) -> int:
+    """vLLM serves float32 checkpoints in 16 bits under dtype=auto."""
+    return min(_DTYPE_BYTES.get(dtype, 2), 2)
+
+
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     return _KV_DTYPE_BYTES.get(kv_cache_dtype, dtype_bytes(model_dtype))
 
@@ -93,70 +106,78 @@ def _per_stage(count: int, pp: int) -> int:
     return math.ceil(count / pp) if count else 0
 
 
-def _indexer_layers(text: Any, layers: int) -> int:
-    """Layers that build a DeepseekV32 indexer (models/deepseek_v2.py, IndexCache)."""
-    if config_value(text, "index_topk") is None:
+def state_bytes(shape: StateShape | None, tp: int, k: int, model_dtype: str, ssm_dtype: str = "auto") -> int:
+    """One layer's conv + recurrent state on one rank, with k speculative columns."""
+    if shape is None:
         return 0
-    pattern = config_value(text, "index_topk_pattern")
-    if pattern:
-        return sum(1 for i in range(layers) if i >= len(pattern) or pattern[i] != "S")
-    freq, offset = int(config_value(text, "index_topk_freq", 1)), int(config_value(text, "index_skip_topk_offset", 2))
-    return sum(1 for i in range(layers) if max(i - offset + 1, 0) % freq == 0)
+    conv_bytes = dtype_bytes(model_dtype)
+    ssm = _DTYPE_BYTES.get(shape.ssm_dtype if ssm_dtype == "auto" else ssm_dtype, conv_bytes)
+    if shape.family == "kda":  # q, k and v share one conv state; the recurrent state is fp32 by default
+        conv = (shape.heads * shape.head_dim * 3) // tp * (shape.kernel - 1 + k)
+        recurrent = shape.heads // tp * shape.head_dim * shape.head_dim
+        return conv * conv_bytes + recurrent * (4 if ssm_dtype == "auto" else _DTYPE_BYTES[ssm_dtype])  # kda_state_dtype
+    if shape.family == "gated_delta_net":
+        conv = (shape.key_dim * shape.key_heads * 2 + shape.head_dim * shape.heads) // tp * (shape.kernel - 1 + k)
+        return conv * conv_bytes + shape.heads // tp * shape.head_dim * shape.key_dim * ssm
+    if shape.family == "mamba1":  # mamba1_state_shape: no speculative columns
+        return shape.inner // tp * (shape.kernel - 1) * conv_bytes + shape.inner // tp * shape.state * ssm
+    # extra_groups_for_head_shards: groups replicated to follow the head shards
+    groups = tp if shape.groups % tp else shape.groups
+    conv = (shape.inner + 2 * groups * shape.state) // tp * (shape.kernel - 1 + k)
+    return conv * conv_bytes + shape.heads // tp * shape.head_dim * shape.state * ssm
 
 
-def model_layer_caches(model: Any, tp: int, pp: int, kv_cache_dtype: str, k: int = 0,
+def model_layer_caches(model: Geometry, tp: int, pp: int, kv_cache_dtype: str, k: int = 0,
                        layers: int | None = None, role: str = "target",
                        mamba_ssm_cache_dtype: str = "auto") -> list[LayerCache]:
-    """The caches of one model's layers on one GPU of the busiest pipeline stage.
-
-    `model` is a Geometry; `layers` overrides the layer count (MTP drafts build n_predict
-    layers of the target's kind)."""
-    text = model.text_config
-    if compressed_mla.is_compressed_mla(text):
+    """The caches of one model's layers on one GPU of the busiest pipeline stage, from its
+    `CacheLayout` (geometry/layer_layout.py). `layers` overrides the layer count (MTP drafts
+    build n_predict layers of the target's kind)."""
+    layout = model.layout
+    if layout.compressed is not None:
         return _compressed_mla_caches(model, pp, kv_cache_dtype, layers, role)
     count = model.num_layers if layers is None else layers
-    kinds = layer_kinds(text, model.num_layers) if layers is None else [FULL] * count
+    kinds = layout.kinds if layers is None else (FULL,) * count
     per_kind: dict[str, int] = {}
     for kind in kinds:
         per_kind[kind] = per_kind.get(kind, 0) + 1
     kv_bytes = kv_dtype_bytes(kv_cache_dtype, model.dtype)
-    sparse = config_value(text, "index_topk") is not None
     out: list[LayerCache] = []
     for kind, n in per_kind.items():
         n = _per_stage(n, pp)
-        state = state_bytes(text, tp, k, model.dtype, mamba_ssm_cache_dtype) if kind == STATE else 0
+        state = state_bytes(layout.state, tp, k, model.dtype, mamba_ssm_cache_dtype) if kind == STATE else 0
         if state:
-            out.append(LayerCache(STATE, n, state_bytes=state, model=role,
-                                  checkpoint_blocks=prefill_checkpoint_blocks(text)))
+            out.append(LayerCache(STATE, n, state_bytes=state, model=role, checkpoint_blocks=layout.checkpoint_blocks))
             continue
         # A state layer of a family we cannot size is counted as full attention: more than
         # vLLM needs, never less.
         if model.uses_mla:
             # Sparse MLA backends (FLASHMLA_SPARSE) canonicalize a quantized KV dtype to fp8_ds_mla.
-            fp8_ds = kv_cache_dtype == "fp8_ds_mla" or (sparse and kv_bytes == 1)
+            fp8_ds = kv_cache_dtype == "fp8_ds_mla" or (layout.sparse_indexer and kv_bytes == 1)
             per_token = FP8_DS_MLA_BYTES if fp8_ds else model.head_size * kv_bytes
             out.append(LayerCache(MLA, n, per_token, model=role))
             continue
-        heads, head_size = attention_shape(text, model.num_kv_heads, model.head_size, tp)
-        per_token = heads * 2 * head_size * kv_bytes
-        window = int(config_value(text, "sliding_window", 0)) if kind == SLIDING else int(config_value(text, "attention_chunk_size", 0)) if kind == CHUNKED else 0
+        kv_heads, head_size = layout.shared_attention or (model.num_kv_heads, model.head_size)
+        per_token = max(1, kv_heads // tp) * 2 * head_size * kv_bytes
+        window = layout.sliding_window if kind == SLIDING else layout.attention_chunk_size if kind == CHUNKED else 0
         out.append(LayerCache(kind if window else FULL, n, per_token, window, model=role))
-    indexers = _indexer_layers(text, model.num_layers) if layers is None else (count if sparse else 0)
+    indexers = layout.indexer_layers if layers is None else (count if layout.sparse_indexer else 0)
     if indexers and model.uses_mla:
-        dim = int(config_value(text, "index_head_dim", 128))
+        dim = layout.index_head_dim
         out.append(LayerCache(INDEXER, _per_stage(indexers, pp), dim + dim // INDEXER_QUANT_BLOCK * 4, model=role))
     return out
 
 
-def _compressed_mla_caches(model: Any, pp: int, kv_cache_dtype: str, layers: int | None,
+def _compressed_mla_caches(model: Geometry, pp: int, kv_cache_dtype: str, layers: int | None,
                            role: str) -> list[LayerCache]:
     """DeepSeek-V4 (planning/compressed_mla.py): the same caches on every TP rank; an MTP
     draft's layers come after the target's and keep only the sliding window."""
-    text = model.text_config
+    compressed = model.layout.compressed
+    assert compressed is not None
     if layers is None:
-        specs = compressed_mla.layer_specs(text, model.num_layers, kv_cache_dtype)
+        specs = compressed_mla.layer_specs(compressed, model.num_layers, kv_cache_dtype)
     else:
-        specs = compressed_mla.layer_specs(text, layers, kv_cache_dtype, first_layer=model.num_layers)
+        specs = compressed_mla.layer_specs(compressed, layers, kv_cache_dtype, first_layer=model.num_layers)
     counts: dict[compressed_mla.PackedSpec, int] = {}
     for spec in specs:
         counts[spec] = counts.get(spec, 0) + 1
@@ -264,3 +285,70 @@ def cache_need(caches: list[LayerCache], *, max_model_len: int, in_flight_tokens
         groups += n_groups
     per_block = widest * max_page
     return CacheNeed(per_block * (sequences * total_blocks + 1), block, per_block, total_blocks, groups)
+
+
+# ---- which layers each method builds, and what vLLM's start-up check needs for them ----------------
+
+def layer_caches(method: str, target: Geometry, draft: Geometry | None, tp: int, draft_tp: int | None,
+                 pp: int, kv_cache_dtype: str, k: int, mamba_ssm_cache_dtype: str = "auto") -> list[LayerCache]:
+    """Every layer cache vLLM allocates on one GPU: the target's, then the draft's."""
+    caches = model_layer_caches(target, tp, pp, kv_cache_dtype, k, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
+    record = method_named(method)
+    if record.keeps_hidden_state_cache:
+        return caches + _hidden_state_cache(target)
+    if draft is None or not record.keeps_draft_kv_cache:
+        return caches
+    built_tp = built_draft_tp(record, tp, draft_tp) or tp
+    if record.target_mtp_layers:  # the target's own MTP layers, of the target's attention kind
+        layers = (draft.mtp.n_predict if draft.mtp else None) or 1
+        caches = caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=layers, role="draft")
+    else:
+        caches = caches + model_layer_caches(draft, built_tp, 1, kv_cache_dtype, k, layers=draft.num_kv_cache_layers,
+                                             role="draft")
+    # config/vllm.py: chunked local attention + an EAGLE-style drafter disables the hybrid KV
+    # cache manager, so the chunked layers are allocated as full attention.
+    chunked = target.layout.attention_chunk_size
+    return promote_local_to_full(caches) if chunked and record.uses_target_hidden_states else caches
+
+
+def _hidden_state_cache(target: Geometry) -> list[LayerCache]:
+    """extract_hidden_states' one cache-only layer (models/extract_hidden_states.py
+    CacheOnlyAttentionLayer: one head per captured layer of hidden_size, HiddenStateCacheSpec, an
+    MLA-kind spec, so no separate V), in the model's dtype whatever the KV dtype, unsplit by TP.
+    Counted as one full-attention layer of that width (vLLM groups it apart: an estimate)."""
+    if not target.aux_hidden_state_layers:
+        return []
+    return [LayerCache(FULL, 1, bytes_per_token=target.aux_hidden_state_layers * target.hidden_size * target.served_dtype_bytes, model="draft")]
+
+
+def attention_bytes_per_token(caches: list[LayerCache]) -> int:
+    """What one more token of context costs on this GPU across its attention layers."""
+    return sum(c.bytes_per_token * c.layers for c in caches if c.kind != STATE)
+
+
+def state_bytes_per_sequence(caches: list[LayerCache]) -> int:
+    """Fixed per-sequence state of the Mamba-style layers (one page, before padding)."""
+    return sum(c.state_bytes * c.layers for c in caches if c.kind == STATE)
+
+
+def in_flight_tokens(max_num_batched_tokens: int, pp: int = 1) -> int:
+    """Tokens scheduled but not yet freed on a GPU (config/vllm.py `max_in_flight_tokens`:
+    `max_concurrent_batches` x max_num_batched_tokens), which sliding-window and chunked layers
+    keep blocks for. Async scheduling is on by default and keeps pp + 1 batches in flight (Model
+    Runner V2): for every method from 0.33; 0.32 turns it off for the methods without a draft
+    model (ngram, suffix, Medusa, MLP speculator: one batch), where this counts one batch more
+    than needed. The CPU platform turns it off (platforms/cpu.py): a CPU run of vLLM counts half.
+    max_num_batched_tokens is the release's default for the GPU or the user's (planning/batch.py)."""
+    return (pp + 1) * max_num_batched_tokens
+
+
+def kv_cache_need(caches: list[LayerCache], max_model_len: int, sequences: int, k: int, *,
+                  max_num_batched_tokens: int, pp: int = 1, release_block_size: int | None = None) -> CacheNeed:
+    """The GPU start-up check's figure: prefix caching is on by default for generation
+    models (engine/arg_utils.py), which puts hybrid models in Mamba `align` mode. Blocks are
+    the judging release's CacheConfig.DEFAULT_BLOCK_SIZE (VllmFacts.default_block_size), or
+    the MLA backends'."""
+    block_size = default_block_size(caches, release_block_size) if release_block_size else None
+    return cache_need(caches, max_model_len=max_model_len, sequences=sequences, num_speculative_tokens=k,
+                      block_size=block_size, mamba_align_mode=True,
+                      in_flight_tokens=in_flight_tokens(max_num_batched_tokens, pp))

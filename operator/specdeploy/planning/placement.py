@@ -14,11 +14,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Stage, cut, did_you_mean, error, near_misses
-from specdeploy.planning.gpus import MEMORY_MIB_LABELS, PRODUCT_LABELS, RESOURCE_NAMES, GpuProduct
+from specdeploy.planning.gpus import (DEFAULT_RESOURCE_NAME, MEMORY_MIB_LABELS, PRODUCT_LABELS, RESOURCE_NAMES, GpuProduct,
+                                      gpu_product)
 from specdeploy.planning.plan import MemoryEstimate, Placement
 from specdeploy.vllm.lm_head_copy import COPY_SOURCE, LM_HEAD_COPY_KERNELS
 from specdeploy.vllm.versions import DEFAULT_VERSION, image_accelerator
+
+
+def resource_name(explicit: str | None, product: GpuProduct | None) -> str:
+    """`resources.gpu.resourceName`, else the product's vendor's, else nvidia.com/gpu."""
+    if explicit:
+        return explicit
+    return RESOURCE_NAMES[product.vendor] if product is not None else DEFAULT_RESOURCE_NAME
 
 
 def vendor_of(resource: str, product: GpuProduct | None) -> str | None:
@@ -110,3 +119,17 @@ def lm_head_copy_findings(quantization: Any, vendor: str | None, product: GpuPro
                   f"draft_lm_head_quantization {quantization} quantizes a copy of the target's lm_head when the draft "
                   f"loads, and {why} (vLLM {COPY_SOURCE}): the pod would fail "
                   f"at model load. Leave draft_lm_head_quantization unset or choose another GPU", Stage.LOAD)]
+
+
+def device_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
+    """The resource name, the image and the kernels the speculative config asks of the GPU they
+    will run on (nvidia.com/gpus, a CUDA build on AMD's, an lm_head copy's fp8): each fails only at
+    deploy time or load, so they are judged whatever the models."""
+    product, unknown = gpu_product(spec)
+    if unknown:
+        return []  # the product's own finding says it
+    explicit = spec.resources.gpu.resource_name
+    vendor = vendor_of(resource_name(explicit, product), product)
+    quantization = spec.draft.speculative_config.get("draft_lm_head_quantization")
+    return resource_findings(explicit, product) or \
+        accelerator_findings(spec.image, vendor) + lm_head_copy_findings(quantization, vendor, product)

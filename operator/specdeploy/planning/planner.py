@@ -9,25 +9,16 @@ from dataclasses import dataclass
 from typing import Callable
 
 from specdeploy.api.spec import PP_FIELD, SpeculativeDeploymentSpec
-from specdeploy.findings import Finding, Severity, Stage, clipped, cut, error, has_errors, info, some_of
+from specdeploy.findings import Finding, Severity, Stage, clipped, cut, error, has_errors, some_of
 from specdeploy.geometry import Geometry, ModelInputs, Models
-from specdeploy.planning.gpus import GpuProduct, UnknownGpuError, lookup_gpu, resource_name
+from specdeploy.planning.gpus import gpu_memory_gib, gpu_product
 from specdeploy.planning.cache_volume import check_model_cache
-from specdeploy.planning.memory import (
-    GIB,
-    activation_reserve_gib,
-    attention_bytes_per_token,
-    estimate_draft_weight_bytes,
-    estimate_weight_bytes,
-    in_flight_tokens,
-    kv_cache_need,
-    layer_caches,
-    state_bytes_per_sequence,
-)
+from specdeploy.planning.kv_cache import (attention_bytes_per_token, in_flight_tokens, kv_cache_need, layer_caches,
+                                          state_bytes_per_sequence)
+from specdeploy.planning.memory import GIB, activation_reserve_gib, estimate_draft_weight_bytes, estimate_weight_bytes
 from specdeploy.planning.batch import BatchLimits, batch_limits
 from specdeploy.planning.compute import layout_compute
-from specdeploy.planning.placement import (accelerator_findings, lm_head_copy_findings, plan_placement, resource_findings,
-                                           vendor_of)
+from specdeploy.planning.placement import plan_placement, resource_name
 from specdeploy.planning.plan import Candidate, MemoryEstimate, ModelLayout, Plan
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.methods import built_draft_tp
@@ -58,44 +49,33 @@ class _Sized:
         return self.models.draft
 
 
-def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, list[Finding]]:
-    """The catalog entry `resources.gpu.product` names; a name not in the catalog is an error
-    even when memoryGiB is given (a typo there would otherwise go unnoticed)."""
-    product = spec.resources.gpu.product
-    if product is None:
-        return None, []
-    try:
-        return lookup_gpu(product), []
-    except UnknownGpuError as exc:
-        return None, [error("gpu-unknown", "spec.resources.gpu.product", str(exc), Stage.PLAN)]
-
-
-def device_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
-    """The resource name, the image and the kernels the speculative config asks of the GPU they
-    will run on (nvidia.com/gpus, a CUDA build on AMD's, an lm_head copy's fp8): each fails only at
-    deploy time or load, so they are judged whatever the models."""
-    product, unknown = gpu_product(spec)
-    if unknown:
-        return []  # the product's own finding says it
-    explicit = spec.resources.gpu.resource_name
-    vendor = vendor_of(resource_name(explicit, product), product)
-    quantization = spec.draft.speculative_config.get("draft_lm_head_quantization")
-    return resource_findings(explicit, product) or \
-        accelerator_findings(spec.image, vendor) + lm_head_copy_findings(quantization, vendor, product)
-
-
-def _gpu_memory_gib(spec: SpeculativeDeploymentSpec, product: GpuProduct | None,
-                    findings: list[Finding]) -> tuple[float | None, list[Finding]]:
-    """GPU memory: memoryGiB, else the product's; `findings` are the product lookup's."""
-    gpu = spec.resources.gpu
-    if gpu.memory_gi_b is not None:
-        return gpu.memory_gi_b, findings
-    if product is not None:
-        return product.memory_gib, findings
-    if not findings:
-        findings = [info("memory-not-checked", "spec.resources.gpu",
-                         "no GPU product or memoryGiB given: the memory fit is not checked", Stage.PLAN)]
-    return None, findings
+def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float, tp: int, draft_tp: int | None,
+            pp: int, max_model_len: int, k: int, facts: VllmFacts, batch: BatchLimits) -> MemoryEstimate:
+    """One layout's memory per GPU: the weights' share, every layer's cache as vLLM's start-up
+    check counts it (planning/kv_cache.py), and the activation reserve."""
+    method, reserve = spec.draft.method, activation_reserve_gib(gpu_gib)
+    caches = layer_caches(method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
+    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k,
+                         max_num_batched_tokens=batch.max_num_batched_tokens, pp=pp,
+                         release_block_size=facts.default_block_size)
+    per_token, per_sequence = attention_bytes_per_token(caches), state_bytes_per_sequence(caches)
+    in_flight = in_flight_tokens(batch.max_num_batched_tokens, pp)
+    return MemoryEstimate(
+        gpu_memory_gib=gpu_gib,
+        budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
+        target_weights_gib=models.target_weight_bytes / (tp * pp) / GIB,
+        draft_weights_gib=models.draft_weight_bytes / (built_draft_tp(spec.draft.speculative_method, tp, draft_tp) or 1) / GIB,
+        kv_cache_bytes=need.bytes,
+        activation_reserve_gib=reserve,
+        kv_bytes_per_token=per_token,
+        state_bytes_per_sequence=per_sequence,
+        block_size=need.block_size,
+        layers=tuple(caches),
+        weights_source=models.weights_source,
+        release_defaults=facts.memory_assumptions(),
+        batch=batch,
+        in_flight_tokens=in_flight,
+    )
 
 
 def _weights(spec: SpeculativeDeploymentSpec, target: Geometry, target_in: ModelInputs,
@@ -125,31 +105,6 @@ def _layout(model: Geometry, tp: int) -> ModelLayout:
         head_size=model.head_size,
         uses_mla=model.uses_mla,
         num_experts=model.num_experts,
-    )
-
-
-def _memory(spec: SpeculativeDeploymentSpec, models: _Sized, gpu_gib: float, tp: int, draft_tp: int | None,
-            pp: int, max_model_len: int, k: int, facts: VllmFacts, batch: BatchLimits) -> MemoryEstimate:
-    method = spec.draft.method
-    caches = layer_caches(method, models.target, models.draft, tp, draft_tp, pp, spec.serving.kv_cache_dtype, k)
-    need = kv_cache_need(caches, max_model_len, spec.serving.min_concurrent_sequences, k,
-                         max_num_batched_tokens=batch.max_num_batched_tokens, pp=pp,
-                         release_block_size=facts.default_block_size)
-    return MemoryEstimate(
-        gpu_memory_gib=gpu_gib,
-        budget_gib=spec.serving.gpu_memory_utilization * gpu_gib,
-        target_weights_gib=models.target_weight_bytes / (tp * pp) / GIB,
-        draft_weights_gib=models.draft_weight_bytes / (built_draft_tp(spec.draft.speculative_method, tp, draft_tp) or 1) / GIB,
-        kv_cache_bytes=need.bytes,
-        activation_reserve_gib=activation_reserve_gib(gpu_gib),
-        kv_bytes_per_token=attention_bytes_per_token(caches),
-        state_bytes_per_sequence=state_bytes_per_sequence(caches),
-        block_size=need.block_size,
-        layers=tuple(caches),
-        weights_source=models.weights_source,
-        release_defaults=facts.memory_assumptions(),
-        batch=batch,
-        in_flight_tokens=in_flight_tokens(batch.max_num_batched_tokens, pp),
     )
 
 
@@ -304,7 +259,7 @@ def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_
     target_bytes, draft_bytes, source = _weights(spec, target, target_in, draft, draft_in)
     sized = _Sized(models, target_bytes, draft_bytes, source)
     product, product_findings = gpu_product(spec)
-    gpu_gib, findings = _gpu_memory_gib(spec, product, product_findings)
+    gpu_gib, findings = gpu_memory_gib(spec, product, product_findings)
     if has_errors(findings):
         return None, findings
     max_model_len = spec.serving.max_model_len or target.derived_max_model_len

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.geometry import Geometry, Models
+from specdeploy.geometry.splits import module_split_failures, split_failures
 from specdeploy.findings import Finding, Stage, error, warning
 from specdeploy.validation.rules import DRAFT_TP_FIELD, TP_FIELD, check_model_tp
 from specdeploy.vllm import VllmFacts
 from specdeploy.vllm.drafts import (DSPARK_ARCHITECTURES, DSPARK_V4_REQUIRED_FIELDS, MARKOV_RANK_DSPARK_ARCHITECTURES,
                                     draft_architectures, dspark_rename)
 from specdeploy.vllm.methods import built_draft_tp
-from specdeploy.vllm.fp8_blocks import fp8_block_failures
 from specdeploy.vllm.lm_head_copy import SHARE_REFUSAL
-from specdeploy.vllm.layer_splits import layer_split_failures
-from specdeploy.vllm.parallel_layers import audited
-from specdeploy.vllm.tp_splits import (dense_mlp_failures, expert_count_failures, expert_parallel, expert_width_failures,
-                                        gated_delta_net_failures, tp_split_failures, vocab_failures)
+from specdeploy.vllm.tp_splits import expert_parallel
 
 LOAD = Stage.LOAD
 SPECULATIVE_CONFIG = "spec.draft.speculativeConfig"
@@ -34,7 +31,7 @@ def _dspark_class(draft: Geometry) -> str | None:
     return renamed or next((a for a in draft.architectures if a in MARKOV_RANK_DSPARK_ARCHITECTURES), None)
 
 
-def _dspark_v4_head_fails(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
+def _dspark_v4_head_fails(spec: SpeculativeDeploymentSpec, models: Models) -> list[Finding]:
     """config/speculative.py names any other dspark draft (and the target itself when there is no
     draft model) `DSparkDraftModel`, DeepSeek-V4's in-checkpoint DSpark head; its class
     (models/deepseek_v4/nvidia/dspark.py DSparkDeepseekV4Model.__init__) reads DeepSeek-V4's
@@ -48,8 +45,8 @@ def _dspark_v4_head_fails(spec: SpeculativeDeploymentSpec, models: Models, draft
     method = spec.draft.speculative_method.name
     if checkpoint is not target and set(draft_architectures(method, checkpoint.model_type, checkpoint.architectures)) & DSPARK_ARCHITECTURES:
         return []
-    raw = draft_config if checkpoint is not target else {}
-    missing = next((f for f in DSPARK_V4_REQUIRED_FIELDS if f not in (raw or {}) and f not in checkpoint.text_config), None)
+    stated = checkpoint.config_keys if checkpoint is not target else frozenset()
+    missing = next((f for f in DSPARK_V4_REQUIRED_FIELDS if f not in stated and f not in checkpoint.text_config_keys), None)
     if missing is None:
         return []
     which = "the draft's config.json" if checkpoint is not target else "the target's config.json (dspark without a draft model drafts from the target checkpoint)"
@@ -79,25 +76,24 @@ def _own_lm_head_fails(spec: SpeculativeDeploymentSpec, models: Models, facts: V
                   f"Leave draft_lm_head_quantization unset for this draft", LOAD)]
 
 
-def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None,
-                    facts: VllmFacts) -> list[Finding]:
+def check_load_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:
     """Load failures independent of the layout."""
-    return _own_lm_head_fails(spec, models, facts) + _dspark_load_fails(spec, models, draft_config)
+    return _own_lm_head_fails(spec, models, facts) + _dspark_load_fails(spec, models)
 
 
-def _dspark_load_fails(spec: SpeculativeDeploymentSpec, models: Models, draft_config: dict | None) -> list[Finding]:
+def _dspark_load_fails(spec: SpeculativeDeploymentSpec, models: Models) -> list[Finding]:
     """A DSpark draft's class reads fields its config must hold."""
     target, draft = models.target, models.draft
     if not spec.draft.speculative_method.builds_dspark_head:
         return []
-    v4_head = _dspark_v4_head_fails(spec, models, draft_config)
+    v4_head = _dspark_v4_head_fails(spec, models)
     if v4_head or draft is None or draft is target:
         return v4_head
     cls = _dspark_class(draft)
-    if cls is None or "markov_rank" in (draft_config or {}):
+    if cls is None or "markov_rank" in draft.config_keys:
         return []
-    nested = (draft_config or {}).get("dflash_config") or {}
-    where = f"; this config keeps it only inside dflash_config ({nested['markov_rank']})" if "markov_rank" in nested else ""
+    nested = draft.dflash_markov_rank
+    where = f"; this config keeps it only inside dflash_config ({nested})" if nested is not None else ""
     return [error("draft-load-fails", "spec.draft.config.markov_rank",
                   f"vLLM builds this draft as {cls} (vllm/model_executor/models/qwen3_dspark.py), whose __init__ reads "
                   f"config.markov_rank{where}: the pod would fail at model load with AttributeError: "
@@ -115,28 +111,10 @@ _DRAFT_BUILD = ("vLLM builds the draft's layers with the target's tensor-paralle
                 "the draft's TP, but every parallel layer reads get_tensor_model_parallel_world_size())")
 
 
-def _registered(architectures: list[str], version: str) -> str | None:
-    """The architecture vLLM builds: the first its audit knows (else the first named)."""
-    return next((a for a in architectures if audited(version, a)), architectures[0] if architectures else None)
-
-
 def _split_failures(model: Geometry, architectures: list[str], tp: int, who: str, field: str,
                     ep: bool, version: str) -> list[Finding]:
-    """Sizes the model's layers divide by TP that this TP does not divide: its class's
-    (vllm/tp_splits.py), its sub-modules' (vllm/layer_splits.py: shared experts, projectors,
-    mixers, draft heads' LM heads), its dense MLP's width, its experts' count and width (the width
-    unless `ep`: expert parallel keeps experts whole), and its FP8 weight blocks (vllm/fp8_blocks.py)."""
-    archs = tuple(architectures)
-    reasons = tp_split_failures(archs, model.text_config, {"vision_config": model.vision_config}, tp)
-    name = architectures[0] if architectures else model.model_type
-    layers = (vocab_failures(model.vocab_size, tp) + gated_delta_net_failures(archs, model.text_config, tp)
-              + expert_count_failures(archs, model.text_config, tp)
-              + dense_mlp_failures(model.text_config, tp)
-              + ([] if ep else expert_width_failures(model.text_config, tp, archs))
-              + layer_split_failures(_registered(architectures, version), model.text_config, tp, version)
-              + fp8_block_failures(model.text_config, model.quantization, tp, ep))
-    reasons += [f"{name}'s {reason}" for reason in layers]
-    return _load_fails(who, field, tp, reasons)
+    """The sizes the model's layers split over TP that this TP does not divide (geometry/splits.py)."""
+    return _load_fails(who, field, tp, split_failures(model, architectures, tp, ep, version))
 
 
 def _load_fails(who: str, field: str, tp: int, reasons: list[str]) -> list[Finding]:
@@ -153,7 +131,7 @@ def _mtp_failures(models: Models, tp: int, version: str, target_reasons: list[Fi
         return []
     seen = {f.message for f in target_reasons}
     reasons = [f"its MTP module {module.architecture}'s {reason}"
-               for reason in layer_split_failures(module.architecture, models.target.text_config, tp, version)]
+               for reason in module_split_failures(module.architecture, models.target, tp, version)]
     return [f for f in _load_fails("draft", TP_FIELD, tp, reasons) if f.message not in seen]
 
 

@@ -173,7 +173,7 @@ def _check_target_config_keys(spec: SpeculativeDeploymentSpec, target: Geometry)
     return [error("target-config-key-missing", f"spec.target.config.{key}",
                   f"method {method.name} reads {key} from the target's config.json, which has none: the pod would fail at "
                   f"start-up; add it to the config (or pass it with --hf-overrides in spec.vllm.extraArgs)", Stage.LOAD)
-            for key in method.target_config_keys if key not in target.text_config]
+            for key in method.target_config_keys if key not in target.text_config_keys]
 
 
 def check_pair(spec: SpeculativeDeploymentSpec, models: Models, facts: VllmFacts) -> list[Finding]:

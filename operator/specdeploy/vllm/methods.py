@@ -158,7 +158,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     # speculator (v1/worker/gpu/spec_decode/extract_hidden_states.py, 0.34.0 also
     # extract_hidden_states_config.py proposes_draft_tokens=False) caches the target's hidden
     # states for a KV connector, requires k 1, greedy draft sampling and the target config's
-    # eagle_aux_hidden_state_layer_ids (planning/memory.py counts its hidden-state cache).
+    # eagle_aux_hidden_state_layer_ids (planning/kv_cache.py counts its hidden-state cache).
     Method("extract_hidden_states", "no drafting: caches the target's hidden states for a KV connector", "none",
            keeps_draft_kv_cache=False, k_source="none", proposes_draft_tokens=False, fixed_k=1,
            target_config_keys=("eagle_aux_hidden_state_layer_ids",), keeps_hidden_state_cache=True,
