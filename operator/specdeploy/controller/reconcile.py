@@ -170,6 +170,12 @@ def _layout_summary(plan: Plan) -> str:
             f"nodes/replica={plan.nodes_per_replica} gpus/pod={plan.gpus_per_pod}")
 
 
+def _first_reconcile_done(status: Mapping[str, Any]) -> bool:
+    """Every spec condition written: a mirror has conditions to keep."""
+    verdicts = verdicts_from(status.get("conditions") or [])
+    return all(kind in verdicts for kind in SPEC_CONDITIONS)
+
+
 def _summary(errors: list[Finding]) -> str:
     """The first error, and how many more there are."""
     return f"{errors[0].field}: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
@@ -238,6 +244,7 @@ class Reconciler:
             if not await step(run):
                 break
         result = await self.write_status(namespace, name, functools.partial(self._status_change, run), copy=live, seen=seen)
+        result = await self._apply_unmirrored(namespace, name, result, now)
         result.judged = live
         if result.body is not None:  # INFO: a logged warning would post a second Event through kopf
             self.logger.info("Reconciled %s %s/%s: %s", KIND, namespace, name, verdict_line(result.status.get("conditions") or []))
@@ -548,19 +555,38 @@ class Reconciler:
         serving = f"{child.get('kind')}/{meta.get('name')}"
         workload = None if event_type == "DELETED" else child
 
+        slot = self.status.slot(namespace, owner[0])
+
         def compute(parent: Mapping[str, Any]) -> Result:
-            if (parent.get("status") or {}).get("workload") != serving:
-                return Result({})  # not (or no longer) the workload this parent serves from
+            status = parent.get("status") or {}
+            if status.get("workload") != serving or not _first_reconcile_done(status):
+                # Not (or not yet) the workload this parent serves from: kept for the reconcile
+                # whose write names it, as the workload may send no further event.
+                slot.unmirrored[serving] = dict(workload) if workload is not None else None
+                return Result({})
+            slot.unmirrored.pop(serving, None)
             return self.mirror(parent, workload, now=now)
 
         return await self.write_status(namespace, owner[0], compute)
+
+    async def _apply_unmirrored(self, namespace: str, name: str, result: Result, now: str) -> Result:
+        """The workload event that came before this reconcile's write named the workload."""
+        slot = self.status.slot(namespace, name)
+        serving = (result.status or {}).get("workload")
+        if not isinstance(serving, str) or serving not in slot.unmirrored:
+            return result
+        pending = slot.unmirrored.pop(serving)
+        mirrored = await self.write_status(namespace, name, lambda parent: self.mirror(parent, pending, now=now))
+        if mirrored.status_patch:
+            result.status, result.events = mirrored.status, result.events + mirrored.events
+        return result
 
     def mirror(self, parent: Mapping[str, Any], workload_body: Mapping[str, Any] | None, *, now: str) -> Result:
         """Status changes from a workload event, keeping Validated/Planned as they are."""
         previous = dict(parent.get("status") or {})
         old_conditions = previous.get("conditions") or []
         verdicts = verdicts_from(old_conditions)
-        if any(kind not in verdicts for kind in SPEC_CONDITIONS):
+        if not _first_reconcile_done(previous):
             return Result({})  # the first reconcile has not run yet: it will write everything
         meta = parent.get("metadata") or {}
         workload = self._workload_state(workload_body or None, str(meta.get("namespace")), str(meta.get("name")))
