@@ -1,6 +1,7 @@
-"""A workload that turns Ready before the reconcile that created it has named it in status sends
-no further event: its readiness must still reach the CR (found at 1000 CRs on the real control
-plane, one CR stuck at 0/1 while its Deployment was 1/1)."""
+"""A workload that turns Ready while the reconcile that created it runs sends no further event:
+its readiness must still reach the CR, whether the mirror saw the event before the reconcile's
+write named the workload or the reconcile's write carried the older 0/1 after the mirror's
+(found at 1000 CRs on the real control plane: CRs stuck at 0/1 while their Deployments were 1/1)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,27 @@ def test_a_ready_event_before_the_workload_is_named_reaches_the_cr() -> None:
 def test_without_a_held_event_the_reconciles_own_reading_stands() -> None:
     status = asyncio.run(_race(ready_event_first=False))
     assert status["readyReplicas"] == 0 and "Ready" not in {c["type"] for c in status["conditions"]}
+
+
+async def _stale_reconcile_write() -> dict[str, Any]:
+    """The mirror writes Ready while a reconcile runs; the reconcile then writes the 0/1 it read
+    before. The newer reading must win."""
+    parent = _parent()
+    parent["status"]["workload"] = SERVING
+    kube = StatusOnlyKube(parent)
+    reconciler = Reconciler(kube, logging.getLogger("test"), desired=DesiredChildren(), status=StatusWriters())  # type: ignore[arg-type]
+    slot = reconciler.status.slot("ns", "sd-1")
+    slot.reconciling += 1  # as Reconciler.reconcile does around its steps
+    await reconciler.mirror_workload(_deployment(ready=1), "MODIFIED", now=NOW)
+    assert kube.body["status"]["readyReplicas"] == 1
+    result = await reconciler.write_status("ns", "sd-1", _names_the_workload)
+    assert kube.body["status"]["readyReplicas"] == 0  # the stale write
+    slot.reconciling -= 1
+    await reconciler._apply_unmirrored("ns", "sd-1", result, NOW)
+    return kube.body["status"]
+
+
+def test_a_reconciles_stale_reading_does_not_undo_the_mirrors_newer_one() -> None:
+    status = asyncio.run(_stale_reconcile_write())
+    assert status["readyReplicas"] == 1
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"

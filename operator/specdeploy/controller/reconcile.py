@@ -49,7 +49,7 @@ from specdeploy.controller.conditions import (
 )
 from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
 from specdeploy.controller.offload import BUDGET_ENV, OffLoop
-from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests, StatusWriters
+from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests, StatusSlot, StatusWriters
 from specdeploy.findings import VALIDATION_STAGES, Finding, Severity
 from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
 from specdeploy.planning.plan import Plan
@@ -233,7 +233,15 @@ class Reconciler:
         name, namespace = meta["name"], meta["namespace"]
         # Compute against the live object, not the event's copy: after rapid edits the copy's
         # status may be one write behind, and the last edit must win.
-        seen = self.status.slot(namespace, name).version
+        slot = self.status.slot(namespace, name)
+        slot.reconciling += 1
+        try:
+            return await self._reconcile(slot, namespace, name, now=now, retry=retry)
+        finally:
+            slot.reconciling -= 1
+
+    async def _reconcile(self, slot: StatusSlot, namespace: str, name: str, *, now: str, retry: int) -> Result:
+        seen = slot.version
         live = await self.kube.get(KIND, namespace, name)
         if live is None:
             return Result({})
@@ -564,7 +572,10 @@ class Reconciler:
                 # whose write names it, as the workload may send no further event.
                 slot.unmirrored[serving] = dict(workload) if workload is not None else None
                 return Result({})
-            slot.unmirrored.pop(serving, None)
+            if slot.reconciling:  # its write may carry an older reading: it applies this one after
+                slot.unmirrored[serving] = dict(workload) if workload is not None else None
+            else:
+                slot.unmirrored.pop(serving, None)
             return self.mirror(parent, workload, now=now)
 
         return await self.write_status(namespace, owner[0], compute)

@@ -96,11 +96,12 @@ class DesiredChildren:
 class StatusSlot:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     version: int = 0  # status writes this process made for the CR
-    # The last workload event the mirror could not apply yet (the reconcile that names the
-    # workload in status had not written), by kind/name: the body, or None when deleted. The
-    # reconcile applies the one its write names; no later event may come. One per workload the
-    # CR owns (stable, canary).
+    # The last workload event the mirror saw while a reconcile of the CR ran, or could not apply
+    # yet (status did not name the workload), by kind/name: the body, or None when deleted. The
+    # reconcile's write carries the workload state it read before; it applies this newer one
+    # after, as no later event may come. One per workload the CR owns (stable, canary).
     unmirrored: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    reconciling: int = 0  # reconciles of the CR running in this process
 
 
 class StatusWriters:
