@@ -586,8 +586,15 @@ class Reconciler:
         serving = (result.status or {}).get("workload")
         if not isinstance(serving, str) or serving not in slot.unmirrored:
             return result
-        pending = slot.unmirrored.pop(serving)
-        mirrored = await self.write_status(namespace, name, lambda parent: self.mirror(parent, pending, now=now))
+
+        def compute(parent: Mapping[str, Any]) -> Result:
+            # Taken under the CR's lock: a mirror write that came first has cleared it, and its
+            # newer reading stands.
+            if serving not in slot.unmirrored:
+                return Result({})
+            return self.mirror(parent, slot.unmirrored.pop(serving), now=now)
+
+        mirrored = await self.write_status(namespace, name, compute)
         if mirrored.status_patch:
             result.status, result.events = mirrored.status, result.events + mirrored.events
         return result
