@@ -567,16 +567,14 @@ class Reconciler:
 
         def compute(parent: Mapping[str, Any]) -> Result:
             status = parent.get("status") or {}
-            if status.get("workload") != serving or not _first_reconcile_done(status):
-                # Not (or not yet) the workload this parent serves from: kept for the reconcile
-                # whose write names it, as the workload may send no further event.
-                slot.unmirrored[serving] = dict(workload) if workload is not None else None
-                return Result({})
-            if slot.reconciling:  # its write may carry an older reading: it applies this one after
+            applicable = status.get("workload") == serving and _first_reconcile_done(status)
+            # Kept for the reconcile when not (yet) applicable here, or when a running reconcile's
+            # write may carry an older reading: the workload may send no further event.
+            if not applicable or slot.reconciling:
                 slot.unmirrored[serving] = dict(workload) if workload is not None else None
             else:
                 slot.unmirrored.pop(serving, None)
-            return self.mirror(parent, workload, now=now)
+            return self.mirror(parent, workload, now=now) if applicable else Result({})
 
         return await self.write_status(namespace, owner[0], compute)
 
