@@ -99,7 +99,8 @@ def disagreements(stage: str) -> float:
 
 
 @needs_vllm
-async def test_refused_by_the_images_vllm_creates_no_workload(operator: Operator, cluster: Cluster, kubelet: KubeletDouble) -> None:
+async def test_refused_by_the_images_vllm_creates_no_workload(operator: Operator, cluster: Cluster, kubelet: KubeletDouble,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
     kubelet.hold.clear()  # the pod waits: the gate is seen while the Job runs
     before = disagreements("config")
     await cluster.create(cr("refused", CUSTOM_IMAGE, speculative_config=NEWER_KEY))
@@ -127,6 +128,18 @@ async def test_refused_by_the_images_vllm_creates_no_workload(operator: Operator
                      what="Warning Events PreflightDisagrees and PreflightRefused")
     assert disagreements("config") == before + 1
     await eventually(lambda: not cluster.exists("v1/configmaps", job["metadata"]["name"]), what="the preflight ConfigMap removed")
+
+    # A restart resyncs the CR: the image's refusal stands in its own words (the release it
+    # named does not re-judge it by rules), with no second Job and no new Warning.
+    warnings = len(cluster.events())
+    await operator.stop()
+    caplog.clear()
+    caplog.set_level(logging.INFO)
+    await operator.start()
+    await eventually(lambda: any("Reconciled SpeculativeDeployment ns1/refused" in r.getMessage() for r in caplog.records),
+                     what="the resync's reconcile")
+    assert cluster.condition("refused", "Validated")["reason"] == "PreflightRefused"
+    assert job_creates(cluster) == 1 and len(cluster.events()) == warnings
 
 
 @needs_vllm
@@ -472,18 +485,17 @@ async def test_a_guessed_refusal_waits_for_the_images_verdict_which_replaces_it(
     kubelet.hold.set()
     await eventually(lambda: cluster.condition("guess-passed", "Preflight").get("reason") == "Passed", JUDGE_TIMEOUT_S, "Preflight Passed")
     assert cluster.exists(DEPLOYMENT, "guess-passed")
-    validated = cluster.condition("guess-passed", "Validated")
-    assert (validated["status"], validated["reason"]) == ("True", "Valid") and "guessed" in validated["message"]
-    assert "speculative-config-method" not in _severities(cluster, "guess-passed")  # replaced by the image's verdict
     assert _spec_config(cluster, "guess-passed")["parallel_drafting"] is True  # what the image judged is what runs
-    # A restart: the image's real release (0.32.0) now judges, no guess, and it plans the same args:
-    # the kept verdict stands, no second Job, no write to the workload.
+    # The image named its release (0.32.0): its rules judge the CR from its next reconcile on (at
+    # the latest the resync of a restart), no guess; they plan the same args, so the kept verdict
+    # stands: no second Job, the Deployment written once.
     await operator.stop()
-    mark = cluster.mark()
     await operator.start()
     await eventually(lambda: cluster.sd("guess-passed")["status"]["plan"]["vllmVersion"] == "0.32.0", what="the real release judging")
-    assert cluster.condition("guess-passed", "Validated")["reason"] == "Valid" and "warning" not in _severities(cluster, "guess-passed").values()
-    assert job_creates(cluster) == 1 and cluster.writes(since=mark, resource=DEPLOYMENT) == []
+    validated = cluster.condition("guess-passed", "Validated")
+    assert (validated["status"], validated["reason"]) == ("True", "Valid") and "0.32.0" in validated["message"]
+    assert "warning" not in _severities(cluster, "guess-passed").values()  # the guess's refusal is gone
+    assert job_creates(cluster) == 1 and len(cluster.writes(resource=DEPLOYMENT)) == 1
 
 
 @needs_vllm

@@ -308,10 +308,24 @@ def test_required_waits_on_a_pull_that_may_recover_but_not_on_a_finished_job() -
 
 
 def test_the_images_release_replaces_the_tags_guess() -> None:
-    status = {"preflight": {"image": IMAGE, "vllmVersion": "0.31.2.dev14+g1234.cpu"}}
+    status = {"preflight": {"image": IMAGE, "outcome": "Passed", "vllmVersion": "0.31.2.dev14+g1234.cpu"}}
     assert gate.judged_version(LLAMA, status) == "0.31.2"
     assert gate.judged_version(LLAMA.model_copy(update={"image": "other:tag"}), status) is None
     assert gate.judged_version(LLAMA.model_copy(update={"vllm_version": "0.30.0"}), status) is None  # the spec's word wins
+
+
+def test_a_pass_overrules_the_guessed_refusal_and_says_so() -> None:
+    passed = Outcome("Passed", parse_verdict(json.dumps({**VERDICT, "ok": True, "error": None, "stage": None})))
+    decision = gate.decide(passed, request_for(LLAMA), mode="Required", job="j", fast_version=None, guess="parallel_drafting: not a field")
+    assert decision.proceed and decision.validated is not None
+    assert (decision.validated.status, decision.validated.reason) == ("True", "Valid")
+    assert "guessed for the image refused: parallel_drafting" in decision.validated.message
+    assert gate.decide(passed, request_for(LLAMA), mode="Required", job="j", fast_version=None).validated is None
+
+def test_a_refusal_leaves_the_guess_and_its_verdict_standing() -> None:
+    """Judged again under the refusing release's rules, the verdict would flip from the image's words to theirs."""
+    status = {"preflight": {"image": IMAGE, "outcome": "Refused", "vllmVersion": "0.31.2"}}
+    assert gate.judged_version(LLAMA, status) is None
 
 
 class RefusingKube:

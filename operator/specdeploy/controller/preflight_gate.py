@@ -50,9 +50,11 @@ def judge_source() -> str:
 
 def judged_version(spec: SpeculativeDeploymentSpec, status: Mapping[str, Any]) -> str | None:
     """The release the image really runs (X.Y.Z of its vllm.__version__), when a preflight of
-    this image found it and the spec names no vllmVersion: it replaces the tag's guess."""
+    this image accepted the args and the spec names no vllmVersion: it replaces the tag's guess.
+    A refusal teaches none: judged again under that release's rules, the CR's verdict would
+    turn from the image's own words to the rules' (a second write, a second Warning)."""
     cached = status.get("preflight") or {}
-    if spec.vllm_version or cached.get("image") != spec.image:
+    if spec.vllm_version or cached.get("image") != spec.image or cached.get("outcome") != "Passed":
         return None
     match = re.match(r"^(\d+\.\d+\.\d+)", str(cached.get("vllmVersion") or ""))
     return match.group(1) if match else None
