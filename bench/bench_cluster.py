@@ -3,8 +3,8 @@ a pool of kwok GPU nodes, the chart installed with its defaults (the preflight o
 replicas under the chart's ServiceAccount (tests/cluster/bed.py).
 
 Measured:
-- apply -> Ready=True per CR (client-side clock, from the create's response to the watch event
-  that shows Ready=True): p50, p99, max;
+- apply -> Planned=True per CR (the first reconcile's verdict) and apply -> Ready=True
+  (client-side clock, from the create's response to the watch event that shows it): p50, p99, max;
 - the leader's RSS (now and peak, /proc);
 - requests and writes per CR by the operator's ServiceAccount, from the API server's audit log;
 - the operator's writes during `--idle-s` seconds with nothing changing (goal 0);
@@ -18,7 +18,7 @@ vllm/vllm-openai:v0.32.0` runs the real judge in each pod instead (minutes per C
 ErrImagePull): the run settles when each CR says PreflightHeld, and the idle window measures
 what CRs waiting on their Jobs cost.
 
-Usage: python bench/bench_cluster.py [--crs 1000] [--h100-nodes 200] [--idle-s 300] [--preflight-mode Required]
+Usage: python bench/bench_cluster.py [--crs 1000] [--rate 0] [--h100-nodes 200] [--idle-s 300] [--preflight-mode Required]
 Prints one JSON line; bench/RESULTS.md records runs on the project's 2-core machine."""
 
 from __future__ import annotations
@@ -85,8 +85,13 @@ def held(conditions: list[dict[str, Any]]) -> bool:
     return any(c["type"] == "Progressing" and c.get("reason") == "PreflightHeld" for c in conditions)
 
 
-def watch_ready(api: client.ApiClient, ready_at: dict[str, float], stop: threading.Event,
+def planned(conditions: list[dict[str, Any]]) -> bool:
+    return any(c["type"] == "Planned" and c["status"] == "True" for c in conditions)
+
+
+def watch_ready(api: client.ApiClient, ready_at: dict[str, float], planned_at: dict[str, float], stop: threading.Event,
                 settled: Callable[[list[dict[str, Any]]], bool] = ready) -> None:
+    """When each CR was first seen Planned=True, and first seen `settled`."""
     custom = client.CustomObjectsApi(api)
     while not stop.is_set():
         for event in watch.Watch().stream(custom.list_namespaced_custom_object, "specdeploy.io", "v1alpha1", WORKLOAD_NS,
@@ -94,6 +99,8 @@ def watch_ready(api: client.ApiClient, ready_at: dict[str, float], stop: threadi
             body = event["object"]
             name = body["metadata"]["name"]
             conditions = (body.get("status") or {}).get("conditions") or []
+            if name not in planned_at and planned(conditions):
+                planned_at[name] = time.monotonic()
             if name not in ready_at and settled(conditions):
                 ready_at[name] = time.monotonic()
 
@@ -103,20 +110,31 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-def apply_all(made: Any, count: int, image: str | None, mode: str | None) -> tuple[dict[str, float], dict[str, float], float]:
+def apply_all(made: Any, count: int, image: str | None, mode: str | None,
+              rate: float) -> tuple[dict[str, float], dict[str, float], dict[str, float], float]:
+    """Create `count` CRs (`rate` per second; 0: as fast as the API server takes them) and wait
+    until each settled: (created, planned, settled) monotonic times by name, the wall start."""
     custom = client.CustomObjectsApi(made.api)
-    created, ready_at, stop = {}, {}, threading.Event()
+    created, ready_at, planned_at, stop = {}, {}, {}, threading.Event()
     settled = held if mode == "Required" else ready
-    threading.Thread(target=watch_ready, args=(made.api, ready_at, stop, settled), daemon=True).start()
-    started = time.time()
+    threading.Thread(target=watch_ready, args=(made.api, ready_at, planned_at, stop, settled), daemon=True).start()
+    started, first = time.time(), time.monotonic()
     spec = {**({"image": image} if image else {}), **({"preflight": {"mode": mode}} if mode else {})}
     for index in range(count):
+        if rate > 0:
+            time.sleep(max(0.0, first + index / rate - time.monotonic()))
         doc = llama(f"sd-{index:04d}", **spec)
         custom.create_namespaced_custom_object("specdeploy.io", "v1alpha1", WORKLOAD_NS, "speculativedeployments", doc)
         created[doc["metadata"]["name"]] = time.monotonic()
-    until(lambda: len(ready_at) >= count, f"{count} CRs settled", guard_s=3600)
+    until(lambda: len(ready_at) >= count and len(planned_at) >= count, f"{count} CRs settled", guard_s=3600)
     stop.set()
-    return created, ready_at, started
+    return created, planned_at, ready_at, started
+
+
+def percentiles(created: dict[str, float], reached: dict[str, float], what: str) -> dict[str, float]:
+    latencies = sorted(reached[n] - created[n] for n in created)
+    return {f"{what}P50S": round(statistics.median(latencies), 2), f"{what}P99S": round(latencies[int(0.99 * (len(latencies) - 1))], 2),
+            f"{what}MaxS": round(latencies[-1], 2)}
 
 
 def handover(made: Any) -> dict[str, float]:
@@ -139,6 +157,7 @@ def main() -> None:
     parser.add_argument("--crs", type=int, default=1000)
     parser.add_argument("--h100-nodes", type=int, default=200)
     parser.add_argument("--idle-s", type=float, default=300)
+    parser.add_argument("--rate", type=float, default=0.0, help="creates per second; 0 = as fast as the API server takes them")
     parser.add_argument("--image", default=None, help="spec.image of every CR (default: the chart's default image)")
     parser.add_argument("--preflight-mode", default=None, choices=("Required", "BestEffort", "Disabled"),
                         help="spec.preflight.mode of every CR (default: the CRD's, BestEffort)")
@@ -150,9 +169,8 @@ def main() -> None:
     plane.up()
     try:
         made = install(plane, scratch, webhook=False)
-        created, ready_at, started = apply_all(made, args.crs, args.image, args.preflight_mode)
+        created, planned_at, ready_at, started = apply_all(made, args.crs, args.image, args.preflight_mode, args.rate)
         settled = time.time()
-        latencies = sorted(ready_at[n] - created[n] for n in created)
         busy = audit(plane, started, settled)
         leader = next(p for p in made.operators if p.proc is not None and p.proc.poll() is None)
         time.sleep(args.idle_s)  # nothing changes: every write in this window is a write too many
@@ -161,8 +179,8 @@ def main() -> None:
         result = {
             "crs": args.crs, "gpuNodes": args.h100_nodes + 5, "image": args.image or "chart default",
             "preflightMode": args.preflight_mode or "BestEffort", "settledOn": "PreflightHeld" if args.preflight_mode == "Required" else "Ready",
-            "readyP50S": round(statistics.median(latencies), 2), "readyP99S": round(latencies[int(0.99 * (len(latencies) - 1))], 2),
-            "readyMaxS": round(latencies[-1], 2), "allReadyAfterS": round(settled - started, 1),
+            "createsPerS": args.rate or "burst", **percentiles(created, planned_at, "planned"),
+            **percentiles(created, ready_at, "ready"), "allReadyAfterS": round(settled - started, 1),
             "requestsPerCr": round(len(busy) / args.crs, 2), "writesPerCr": round(sum(e["verb"] in WRITES for e in busy) / args.crs, 2),
             "idleSeconds": args.idle_s, "idleWrites": sum(e["verb"] in WRITES for e in idle), "idleRequests": len(idle),
             "idleWritesBesidesLease": sum(e["verb"] in WRITES and _resource(e) != "leases" for e in idle),

@@ -28,6 +28,7 @@ from typing import Any
 from specdeploy.api.spec import ROLLOUT_STRATEGY_FIELD, SpeculativeDeploymentSpec
 from specdeploy.findings import VALIDATION_STAGES, Finding, Severity, Stage, at_stage, error, has_errors
 from specdeploy.geometry import ModelInputs, Models, read_models
+from specdeploy.planning.gpus import spec_gpu
 from specdeploy.planning.plan import Plan
 from specdeploy.planning.placement import device_findings
 from specdeploy.planning.planner import LayoutRules, layout_findings, plan_layout
@@ -130,7 +131,8 @@ def _evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: Model
     `despite_refusals`: a plan for the image to judge, plan_for_image) RELEASE_REFUSALS."""
     facts, findings = judging_version(spec.vllm_version, spec.image)
     # What fails only at deploy time (the args, the GPU's resource and image): said whatever the models.
-    deploy_time = check_extra_args(spec, facts) + device_findings(spec)
+    gpu = spec_gpu(spec)
+    deploy_time = check_extra_args(spec, facts) + device_findings(spec, gpu)
     models, model_findings = read_models(spec, target, draft, facts)
     findings += at_stage(model_findings, Stage.CONFIG)
     if models is None:
@@ -143,7 +145,7 @@ def _evaluate(spec: SpeculativeDeploymentSpec, target: ModelInputs, draft: Model
     if k is None or has_errors([f for f in findings if not (despite_refusals and f.code in RELEASE_REFUSALS)]):
         # No plan for an invalid pair, but every reason at once: vLLM's layout rules too.
         return Evaluation(tuple(findings + layout_findings(spec, models, rules) + deploy_time), None, facts.version)
-    plan, plan_findings = plan_layout(spec, models, k, target, draft, facts, rules)
+    plan, plan_findings = plan_layout(spec, models, k, target, draft, facts, rules, gpu)
     findings += plan_findings + _rollout_findings(spec, plan) + deploy_time
     config = speculative_config(spec, plan) if plan is not None else None
     return Evaluation(tuple(findings), plan, facts.version, config)

@@ -102,3 +102,15 @@ def test_every_reason_is_reached_by_a_test() -> None:
     tests = "\n".join(p.read_text() for p in (PACKAGE.parents[1] / "tests").rglob("test_*.py") if p.name != "test_structure.py")
     unreached = [k for k, v in vars(Reason).items() if k.isupper() and f'"{v}"' not in tests and f"Reason.{k}" not in tests]
     assert unreached == []
+
+
+def test_following_spec_from_the_cli_into_planning_stays_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/architecture.md's walk (scripts/callgraph_walk.py): a reader following `spec` from
+    `validate` into planning opens at most 40 files' worth of stays and goes back at most 8 times."""
+    monkeypatch.syspath_prepend(str(PACKAGE.parents[1] / "scripts"))
+    import callgraph_walk as walk
+
+    steps = walk.walk(walk.Graph(PACKAGE), ("specdeploy.cli.validate", "_validate"), "planning/", walk.VOCABULARY)
+    stays, files, climbs = walk.figures(steps)
+    assert files >= 5  # the walk reached planning at all
+    assert stays <= 40 and climbs <= 8, (stays, climbs)

@@ -115,6 +115,23 @@ def lookup_gpu(name: str) -> GpuProduct:
     raise UnknownGpuError(f"unknown GPU {name!r}: use one of {', '.join(keys)}, or set memoryGiB")
 
 
+@dataclass(frozen=True)
+class SpecGpu:
+    """The GPU a spec asks for, looked up once for the device checks and the plan: its catalog
+    entry (None: not named, or `unknown`), its memory (None: not known) and what the lookup found."""
+
+    product: GpuProduct | None
+    unknown: bool
+    memory_gib: float | None
+    findings: tuple[Finding, ...]
+
+
+def spec_gpu(spec: SpeculativeDeploymentSpec) -> SpecGpu:
+    product, lookup = gpu_product(spec)
+    memory_gib, findings = gpu_memory_gib(spec, product, lookup)
+    return SpecGpu(product, bool(lookup), memory_gib, tuple(findings))
+
+
 def gpu_product(spec: SpeculativeDeploymentSpec) -> tuple[GpuProduct | None, list[Finding]]:
     """The catalog entry `resources.gpu.product` names; a name not in the catalog is an error
     even when memoryGiB is given (a typo there would otherwise go unnoticed)."""

@@ -16,8 +16,7 @@ from typing import Any
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Stage, cut, did_you_mean, error, near_misses
-from specdeploy.planning.gpus import (DEFAULT_RESOURCE_NAME, MEMORY_MIB_LABELS, PRODUCT_LABELS, RESOURCE_NAMES, GpuProduct,
-                                      gpu_product)
+from specdeploy.planning.gpus import DEFAULT_RESOURCE_NAME, MEMORY_MIB_LABELS, PRODUCT_LABELS, RESOURCE_NAMES, GpuProduct, SpecGpu
 from specdeploy.planning.plan import MemoryEstimate, Placement
 from specdeploy.vllm.lm_head_copy import COPY_SOURCE, LM_HEAD_COPY_KERNELS
 from specdeploy.vllm.versions import DEFAULT_VERSION, image_accelerator
@@ -121,13 +120,13 @@ def lm_head_copy_findings(quantization: Any, vendor: str | None, product: GpuPro
                   f"at model load. Leave draft_lm_head_quantization unset or choose another GPU", Stage.LOAD)]
 
 
-def device_findings(spec: SpeculativeDeploymentSpec) -> list[Finding]:
+def device_findings(spec: SpeculativeDeploymentSpec, gpu: SpecGpu) -> list[Finding]:
     """The resource name, the image and the kernels the speculative config asks of the GPU they
     will run on (nvidia.com/gpus, a CUDA build on AMD's, an lm_head copy's fp8): each fails only at
     deploy time or load, so they are judged whatever the models."""
-    product, unknown = gpu_product(spec)
-    if unknown:
+    if gpu.unknown:
         return []  # the product's own finding says it
+    product = gpu.product
     explicit = spec.resources.gpu.resource_name
     vendor = vendor_of(resource_name(explicit, product), product)
     quantization = spec.draft.speculative_config.get("draft_lm_head_quantization")

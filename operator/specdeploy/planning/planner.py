@@ -11,7 +11,7 @@ from typing import Callable
 from specdeploy.api.spec import PP_FIELD, SpeculativeDeploymentSpec
 from specdeploy.findings import Finding, Severity, Stage, clipped, cut, error, has_errors, some_of
 from specdeploy.geometry import Geometry, ModelInputs, Models
-from specdeploy.planning.gpus import gpu_memory_gib, gpu_product
+from specdeploy.planning.gpus import SpecGpu
 from specdeploy.planning.cache_volume import check_model_cache
 from specdeploy.planning.kv_cache import (attention_bytes_per_token, in_flight_tokens, kv_cache_need, layer_caches,
                                           state_bytes_per_sequence)
@@ -251,15 +251,14 @@ def _reasons_lost(candidates: list[Candidate]) -> list[str]:
     return out
 
 def plan_layout(spec: SpeculativeDeploymentSpec, models: Models, k: int, target_in: ModelInputs,
-                draft_in: ModelInputs | None, facts: VllmFacts, rules: LayoutRules) -> tuple[Plan | None, list[Finding]]:
+                draft_in: ModelInputs | None, facts: VllmFacts, rules: LayoutRules, gpu: SpecGpu) -> tuple[Plan | None, list[Finding]]:
     """Try layouts in preference order and keep the first that is valid and fits; the plan lists
     every candidate and why it lost. Findings of vLLM's layout rules keep stage `pair` (an
     explicit TP vLLM refuses is a validation error); the search's own are stage `plan`."""
     target, draft = models.target, models.draft
     target_bytes, draft_bytes, source = _weights(spec, target, target_in, draft, draft_in)
     sized = _Sized(models, target_bytes, draft_bytes, source)
-    product, product_findings = gpu_product(spec)
-    gpu_gib, findings = gpu_memory_gib(spec, product, product_findings)
+    product, gpu_gib, findings = gpu.product, gpu.memory_gib, list(gpu.findings)
     if has_errors(findings):
         return None, findings
     max_model_len = spec.serving.max_model_len or target.derived_max_model_len
