@@ -153,7 +153,7 @@ test-vllm-wheels: vllm-next-venv
 
 crd: venv
 	$(PY) -m specdeploy.cli crd > crds/specdeploy.io_speculativedeployments.yaml
-	$(PY) scripts/sync_chart.py        # chart's crds/ copy + RBAC rules from controller/permissions.py
+	$(PY) scripts/sync_chart.py        # chart's crds/ copy + RBAC rules from controller/process/permissions.py
 	$(PY) scripts/gen_cr_reference.py  # docs/cr-reference.md
 
 # docs/findings.md from the finding catalogue (operator/specdeploy/finding_codes.py).

@@ -8,7 +8,7 @@ tests/e2e/test_canary_serving.py (SPECDEPLOY_CANARY_TRACES) into tests/fixtures/
 telemetry interval. Each arm's increments between two pages are what vLLM really counted in that
 step (drafts, accepted tokens per position, 5xx); the replay lays them out at a chosen rate of
 drafts per second, and the operator's own code counts and decides on them: the per-arm windows and
-the canary pod's count-from-process-start (controller/canary_telemetry.py: `_observe`, `_arm`)
+the canary pod's count-from-process-start (controller/scraping/canary_telemetry.py: `_observe`, `_arm`)
 and the decision (rollout/decision.py `decide`), at each scrape of a telemetry interval.
 
 Arms replayed:
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from specdeploy.controller.canary_telemetry import CanaryWatch, _arm, _observe  # noqa: E402
+from specdeploy.controller.scraping.canary_telemetry import CanaryWatch, _arm, _observe  # noqa: E402
 from specdeploy.rollout.decision import Decision, decide  # noqa: E402
 from specdeploy.telemetry.metrics import Counters, Sample, parse_sample  # noqa: E402
 

@@ -30,7 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
 
-from specdeploy.controller.leader import LEASE_DURATION  # noqa: E402
+from specdeploy.controller.process.leader import LEASE_DURATION  # noqa: E402
 from specdeploy.demo import SD_RESOURCE, register_resources, write_kubeconfig  # noqa: E402
 from specdeploy.emulator import ApiServerEmulator  # noqa: E402
 from tests.integration.chart_process import NO_KUBELET, ChartPod, deployment_container, free_port, render  # noqa: E402

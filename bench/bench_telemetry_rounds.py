@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from specdeploy.controller import telemetry as module
+from specdeploy.controller.scraping import telemetry as module
 from specdeploy.render.labels import labels
 
 TEXT = ('vllm:spec_decode_num_drafts_total{engine="0"} 10\n'

@@ -43,8 +43,8 @@ from kubernetes.client import Configuration
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "operator"), str(ROOT / "bench")]
 
-from specdeploy.controller import telemetry as module  # noqa: E402
-from specdeploy.controller.kube import Kube  # noqa: E402
+from specdeploy.controller.scraping import telemetry as module  # noqa: E402
+from specdeploy.controller.process.kube import Kube  # noqa: E402
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL  # noqa: E402
 from specdeploy.stream import plan_stream  # noqa: E402
 from vllm_fleet import objects  # noqa: E402

@@ -133,8 +133,8 @@ def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
 async def demo(example: Path, timeout: float) -> int:
     import kmock
 
-    from specdeploy.controller.main import run
-    from specdeploy.controller.preflight_gate import PREFLIGHT_ENV
+    from specdeploy.controller.process.main import run
+    from specdeploy.controller.reconcile.preflight_gate import PREFLIGHT_ENV
     from specdeploy.emulator import ApiServerEmulator
 
     docs = [d for d in yaml.safe_load_all(example.read_text()) if d]

@@ -6,7 +6,7 @@ server gives every write a new one and refuses (409 Conflict) an update that nam
 resourceVersion other than the current one. The operator depends on both: kopf tells the echo
 of its own patch from older watch events by it (its consistency wait: without it kopf handles
 the event of our status write, which came before its annotations patch, as a new change), and
-the lease renewal (`controller/leader.py`) and the telemetry's k rollback carry the version
+the lease renewal (`controller/process/leader.py`) and the telemetry's k rollback carry the version
 they read as a precondition.
 
 kmock also ignores `metadata.generateName`: every create without a name is stored under the

@@ -9,7 +9,7 @@ import datetime as dt
 
 from kubernetes import client
 
-from specdeploy.controller.certificates import Placement, issue
+from specdeploy.controller.admission.certificates import Placement, issue
 
 from .bed import NAMESPACE, RELEASE, Cluster, until
 from .test_lifecycle import llama

@@ -17,7 +17,7 @@ import kmock
 import pytest
 import yaml
 
-from specdeploy.controller.main import run
+from specdeploy.controller.process.main import run
 from specdeploy.demo import SD_RESOURCE, register_resources, write_kubeconfig
 
 NS = "ns1"
@@ -67,7 +67,7 @@ async def eventually(check: Callable[[], Any], timeout: float = HANG_GUARD_S, wh
 def reconciles_finished() -> float:
     """Reconciles the operator (in this process) has finished, whatever their result: waiting
     for it to move is waiting for a reconcile to end."""
-    from specdeploy.controller.metrics import METRICS
+    from specdeploy.controller.process.metrics import METRICS
 
     return sum(sample.value for metric in METRICS.reconciles.collect() for sample in metric.samples
                if sample.name.endswith("_total"))

@@ -27,7 +27,7 @@ INTERPRETER_PREFIXES = ("PYTHON", "LANG", "LC_", "LD_", "MALLOC", "OMP_", "OPENB
 # Keys read at import time whose import-time value the operator never uses, with why.
 IMPORT_TIME_EXEMPT = {
     # kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION: only load_kube_config()
-    # without a file reads it, and controller/kube.py load_configuration passes $KUBECONFIG as
+    # without a file reads it, and controller/process/kube.py load_configuration passes $KUBECONFIG as
     # read at run time (kopf's login_with_kubeconfig reads it at run time too). Were it ever
     # used, the operator would talk to another test's API server and the test would fail.
     "KUBECONFIG",

@@ -87,8 +87,8 @@ async def test_the_telemetrys_events_land_for_a_cr_of_any_valid_name(emulator: A
     name built as '<cr>.<16 hex>' would be 270 characters, which the API server refuses."""
     import logging
 
-    from specdeploy.controller.kube import Kube, load_configuration
-    from specdeploy.controller.telemetry import Telemetry
+    from specdeploy.controller.process.kube import Kube, load_configuration
+    from specdeploy.controller.scraping.telemetry import Telemetry
 
     kube = Kube(load_configuration())
     telemetry = Telemetry(kube, logging.getLogger("test"))

@@ -16,9 +16,9 @@ import kopf
 import pytest
 
 from specdeploy.api.spec import API_GROUP
-from specdeploy.controller.diffbase import DigestDiffBaseStorage
-from specdeploy.controller.main import backoff
-from specdeploy.controller.reconcile import RetryKind
+from specdeploy.controller.reconcile.diffbase import DigestDiffBaseStorage
+from specdeploy.controller.process.main import backoff
+from specdeploy.controller.reconcile.steps import RetryKind
 from specdeploy.demo import write_kubeconfig
 
 from . import operator_process
@@ -56,7 +56,7 @@ def _watches(proxy: FaultProxy) -> int:
 
 
 def _handled(cluster: Cluster, name: str) -> bool:
-    """kopf has recorded the CR's current spec as handled (controller/diffbase.py, as main.py
+    """kopf has recorded the CR's current spec as handled (controller/reconcile/diffbase.py, as main.py
     configures it), its last write once the handler succeeded, and no retry is pending."""
     body = kopf.Body(cluster.sd(name))
     storage = DigestDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from specdeploy.controller.leader import FENCED_EXIT
+from specdeploy.controller.process.leader import FENCED_EXIT
 from specdeploy.demo import write_kubeconfig
 
 from .chart_process import NO_KUBELET, ChartPod, deployment_container, lease_holder, render

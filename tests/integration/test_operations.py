@@ -258,7 +258,7 @@ async def test_rapid_edits_end_with_the_last_one(operator: Operator, cluster: Cl
 
 async def test_an_unexpected_error_is_reported_in_status(operator: Operator, cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug in a rule (played by a failing evaluate) leaves a status that says so."""
-    from specdeploy.controller import reconcile
+    from specdeploy.controller.reconcile import steps as reconcile
 
     def broken(*_: Any, **__: Any) -> Any:
         raise ZeroDivisionError("division by zero")
@@ -324,7 +324,7 @@ async def test_a_spec_over_256_kib_gets_its_status_and_small_annotations(operato
 async def test_nothing_is_created_while_any_child_name_is_invalid(operator: Operator, cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """The guard behind the name shortening: a renderer bug (played here) that yields one
     invalid name creates no child at all, so no GPUs are held by a set that cannot serve."""
-    from specdeploy.controller import reconcile
+    from specdeploy.controller.reconcile import steps as reconcile
 
     real = reconcile.render_manifests
 

@@ -9,7 +9,7 @@ from typing import Any
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdeploy.controller.metrics import METRICS
+from specdeploy.controller.process.metrics import METRICS
 
 from .conftest import NS, SD_PATH, Cluster, Operator, created, eventually, example
 

@@ -1,11 +1,11 @@
-"""Every request the operator makes is covered by controller/permissions.py: the chart's
+"""Every request the operator makes is covered by controller/process/permissions.py: the chart's
 RBAC is built from that file, so an undeclared call would fail on a real cluster."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from specdeploy.controller.permissions import PERMISSIONS, allows
+from specdeploy.controller.process.permissions import PERMISSIONS, allows
 
 from .conftest import DEPLOYMENT, Cluster, Operator, created, example  # noqa: F401
 

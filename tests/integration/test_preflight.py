@@ -21,7 +21,7 @@ import kmock
 import pytest
 from prometheus_client import generate_latest
 
-from specdeploy.controller.metrics import METRICS
+from specdeploy.controller.process.metrics import METRICS
 from specdeploy.preflight.job import JOB_LABEL
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL
 

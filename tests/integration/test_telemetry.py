@@ -366,7 +366,7 @@ BUDGET_S = 15.0
 
 def _timeouts_counted() -> float:
     """Reconciles this process cut off at the budget (the operator runs in it)."""
-    from specdeploy.controller.metrics import METRICS
+    from specdeploy.controller.process.metrics import METRICS
 
     return sum(sample.value for metric in METRICS.reconciles.collect() for sample in metric.samples
                if sample.name.endswith("_total") and sample.labels.get("result") == "timeout")

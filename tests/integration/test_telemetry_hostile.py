@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specdeploy.controller.scrape import MAX_BYTES
+from specdeploy.controller.scraping.scrape import MAX_BYTES
 from tests.metrics_server import MiB, Peer, big_body, endless_body, nan_body, serve_hostile, serve_metrics, slow_body
 
 from .conftest import ROOT, Cluster, Operator, eventually

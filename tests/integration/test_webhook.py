@@ -18,7 +18,7 @@ import aiohttp
 import kmock
 import pytest
 
-from specdeploy.controller import webhook
+from specdeploy.controller.admission import webhook
 from tests.integration.conftest import NS, WRITES, Operator, example, with_identity
 
 pytestmark = pytest.mark.skipif(subprocess.run(["which", "openssl"], capture_output=True).returncode != 0, reason="needs openssl")

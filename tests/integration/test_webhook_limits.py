@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specdeploy.controller import webhook
+from specdeploy.controller.admission import webhook
 from tests.integration.chart_process import self_signed
 from tests.integration.conftest import HANG_GUARD_S, NS, Operator, eventually, example, with_identity
 

@@ -20,7 +20,7 @@ Why the child is still the shipped process, `python -m specdeploy.cli run …`:
 - The environment is the test's: os.environ is replaced before `main` runs, so what the
   operator reads at run time (its settings, KUBECONFIG, POD_NAME …) is the test's. What the
   imports read at import time (huggingface_hub.constants' HF_HUB_OFFLINE and HF_ENDPOINT,
-  controller/state.py's pool sizes, …) is recorded while the zygote imports (ImportTimeReads),
+  controller/reconcile/state.py's pool sizes, …) is recorded while the zygote imports (ImportTimeReads),
   and a start is only served by a zygote whose environment had the same value for each of
   those keys and for every key the interpreter reads as it starts (PYTHON*, LC_*, …), in the
   same cwd; otherwise the test side starts another zygote with the test's environment. The
@@ -45,7 +45,7 @@ import threading
 import traceback
 from typing import Any, Iterator
 
-PRELOAD = ("specdeploy.controller.main",)  # what `specdeploy run` imports; cli/__main__.py runs as __main__
+PRELOAD = ("specdeploy.controller.process.main",)  # what `specdeploy run` imports; cli/__main__.py runs as __main__
 
 
 class ImportTimeReads(os._Environ):  # type: ignore[type-arg]

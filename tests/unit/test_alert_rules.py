@@ -15,7 +15,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdeploy.controller.metrics import Metrics
+from specdeploy.controller.process.metrics import Metrics
 from specdeploy.vllm import spec_decode_metrics
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import lupa
 import pytest
 
 from specdeploy.api.conditions import CONDITION_TYPES, REASONS, Reason, Verdict
-from specdeploy.controller.conditions import WorkloadState, merge_conditions, ready_verdict, workload_verdicts
+from specdeploy.controller.reconcile.conditions import WorkloadState, merge_conditions, ready_verdict, workload_verdicts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "charts" / "specdeploy" / "files" / "argocd-health.lua"

@@ -13,11 +13,11 @@ from typing import Any, Mapping
 
 import pytest
 
-from specdeploy.controller import state
-from specdeploy.controller.attempt import Outcome, reconcile_once
-from specdeploy.controller.budget import waiting
-from specdeploy.controller.offload import Slots
-from specdeploy.controller.reconcile import Reconciler, Result
+from specdeploy.controller.reconcile import state
+from specdeploy.controller.reconcile.attempt import Outcome, reconcile_once
+from specdeploy.controller.reconcile.budget import waiting
+from specdeploy.controller.reconcile.offload import Slots
+from specdeploy.controller.reconcile.steps import Reconciler, Result
 
 BUDGET_S = 0.001
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from specdeploy.controller.budget import Budget, waiting
-from specdeploy.controller.offload import Slots
+from specdeploy.controller.reconcile.budget import Budget, waiting
+from specdeploy.controller.reconcile.offload import Slots
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""The webhook certificate the operator keeps (controller/certificates.py): what it issues is
+"""The webhook certificate the operator keeps (controller/admission/certificates.py): what it issues is
 accepted by a TLS client that trusts only its CA, for the Service's names; it is issued again
 when it nears its end, when the names change, or when the Secret holds something else."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.controller.certificates import RENEW_BEFORE, VALIDITY, Placement, TlsBundle, issue, still_good
+from specdeploy.controller.admission.certificates import RENEW_BEFORE, VALIDITY, Placement, TlsBundle, issue, still_good
 
 NOW = dt.datetime(2026, 12, 4, tzinfo=dt.timezone.utc)
 WHERE = Placement("ops", "sd-webhook-tls", "sd-webhook", "sd")

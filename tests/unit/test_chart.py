@@ -5,7 +5,7 @@ hack/cluster/helm/go.mod pins (hack/cluster/build.sh helm), cached outside the c
 Every documented values set (default + charts/specdeploy/ci/*.yaml) must lint clean with
 --strict and render objects that pass kubernetes-validate in strict mode for several Kubernetes
 minor versions. The RBAC the chart renders must grant exactly what the operator's code declares
-(specdeploy.controller.permissions), the CRD must be the file in crds/, and every flag the chart
+(specdeploy.controller.process.permissions), the CRD must be the file in crds/, and every flag the chart
 passes must be one `specdeploy run` accepts.
 """
 
@@ -214,7 +214,7 @@ def test_rbac_rules_file_is_generated_from_the_declared_permissions():
 
 
 def _permission_triples(with_secrets: bool) -> set[tuple[str, str, str]]:
-    from specdeploy.controller.permissions import PERMISSIONS, SECRETS_PERMISSION
+    from specdeploy.controller.process.permissions import PERMISSIONS, SECRETS_PERMISSION
 
     perms = PERMISSIONS + ((SECRETS_PERMISSION,) if with_secrets else ())
     return {(p.api_group, p.resource, verb) for p in perms for verb in p.verbs}
@@ -279,7 +279,7 @@ def test_secrets_are_opt_in_and_narrowed_by_resource_names(helm):
 
 
 def test_secret_reading_is_switched_on_in_the_operator_exactly_when_rbac_allows_it(helm):
-    from specdeploy.controller.main import READ_SECRETS_ENV
+    from specdeploy.controller.process.main import READ_SECRETS_ENV
 
     for values in VALUES_SETS:
         env = {e["name"]: e.get("value") for e in _container(render(helm, values))["env"]}
@@ -291,8 +291,8 @@ def test_secret_reading_is_switched_on_in_the_operator_exactly_when_rbac_allows_
 
 def test_the_preflight_is_on_unless_the_chart_switches_it_off(helm):
     """preflight.enabled=false reaches the operator as the switch it reads; by default the
-    operator runs the preflight (no variable: controller/preflight_gate.py's default is on)."""
-    from specdeploy.controller.preflight_gate import PREFLIGHT_ENV, enabled
+    operator runs the preflight (no variable: controller/reconcile/preflight_gate.py's default is on)."""
+    from specdeploy.controller.reconcile.preflight_gate import PREFLIGHT_ENV, enabled
 
     default = {e["name"]: e.get("value") for e in _container(render(helm, None))["env"]}
     assert PREFLIGHT_ENV not in default
@@ -513,8 +513,8 @@ def test_webhook_is_off_by_default(helm):
 
 
 def test_webhook_with_the_certificate_the_operator_keeps(helm):
-    from specdeploy.controller.certificates import CONFIGURATION_ENV, SECRET_ENV, SERVICE_ENV
-    from specdeploy.controller.webhook import CERT_DIR_ENV, HANDLER_ID, PORT_ENV
+    from specdeploy.controller.admission.certificates import CONFIGURATION_ENV, SECRET_ENV, SERVICE_ENV
+    from specdeploy.controller.admission.webhook import CERT_DIR_ENV, HANDLER_ID, PORT_ENV
 
     objects = _webhook_objects(helm)
     (config,) = by_kind(objects, "ValidatingWebhookConfiguration")
@@ -541,7 +541,7 @@ def test_webhook_with_the_certificate_the_operator_keeps(helm):
 
 
 def _webhook_certificate_triples() -> set[tuple[str, str, str]]:
-    from specdeploy.controller.permissions import WEBHOOK_CERTIFICATE_PERMISSIONS
+    from specdeploy.controller.process.permissions import WEBHOOK_CERTIFICATE_PERMISSIONS
 
     return {(p.api_group, p.resource, v) for p in WEBHOOK_CERTIFICATE_PERMISSIONS for v in p.verbs}
 
@@ -622,7 +622,7 @@ def test_one_replica_runs_without_leader_election_and_a_service_monitor_is_optio
 
 def test_the_reconcile_time_budget_reaches_the_operator(helm, monkeypatch):
     """The chart value is the env var the operator reads (30 s by default)."""
-    from specdeploy.controller.offload import BUDGET_ENV, reconcile_budget
+    from specdeploy.controller.reconcile.offload import BUDGET_ENV, reconcile_budget
 
     for extra, want in (((), 30.0), (("--set", "reconcileTimeBudgetSeconds=45"), 45.0)):
         env = {e["name"]: e.get("value") for e in _container(render(helm, None, *extra))["env"]}

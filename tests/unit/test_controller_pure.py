@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from specdeploy.controller.apply import merge_patch
+from specdeploy.controller.reconcile.apply import merge_patch
 from specdeploy.api.conditions import Verdict
-from specdeploy.controller.conditions import WorkloadState, merge_conditions, ready_verdict, workload_verdicts
+from specdeploy.controller.reconcile.conditions import WorkloadState, merge_conditions, ready_verdict, workload_verdicts
 
 
 def test_merge_patch_sends_only_differences_and_replaces_lists() -> None:
@@ -67,7 +67,7 @@ def test_workload_state_reads_deployment_status() -> None:
 
 def test_kstatus_pair_follows_ready_validated_and_scale_to_zero() -> None:
     """Flux's kstatus reads Reconciling/Stalled, not Ready: both must say what Ready says."""
-    from specdeploy.controller.conditions import kstatus_verdicts
+    from specdeploy.controller.reconcile.conditions import kstatus_verdicts
 
     ok = {"Validated": Verdict("True", "Valid"), "Planned": Verdict("True", "Planned")}
     serving = kstatus_verdicts({**ok, "Ready": Verdict("True", "Serving")})
@@ -90,7 +90,7 @@ def test_no_workload_before_the_first_apply() -> None:
 
 def test_merge_patch_ignores_fields_the_api_server_adds() -> None:
     """Defaults inside list items (terminationMessagePath, protocol) are not drift."""
-    from specdeploy.controller.apply import covers
+    from specdeploy.controller.reconcile.apply import covers
 
     desired = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "ports": [{"containerPort": 8000}]}]}}}}
     live = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "terminationMessagePath": "/dev/termination-log",
@@ -101,7 +101,7 @@ def test_merge_patch_ignores_fields_the_api_server_adds() -> None:
 
 
 def test_status_is_compared_as_stored_and_removed_keys_are_nulled() -> None:
-    from specdeploy.controller.reconcile import _changes
+    from specdeploy.controller.reconcile.steps import _changes
 
     stored_plan = {"method": "ngram", "tensorParallelSize": 1}  # the API server dropped draftTensorParallelSize: null
     assert _changes({"plan": stored_plan}, {"plan": {**stored_plan, "draftTensorParallelSize": None}}) == {}
@@ -109,7 +109,7 @@ def test_status_is_compared_as_stored_and_removed_keys_are_nulled() -> None:
 
 
 def test_events_only_for_warnings_and_real_transitions() -> None:
-    from specdeploy.controller.conditions import condition_events as _events
+    from specdeploy.controller.reconcile.conditions import condition_events as _events
 
     def conds(**status: str) -> list[dict[str, str]]:
         return [{"type": t, "status": s, "reason": f"R{t}{s}", "message": ""} for t, s in status.items()]
@@ -133,7 +133,7 @@ def _finding(code: str, field: str, stage: str = "spec", severity: str = "error"
 def test_each_error_finding_is_one_event_and_no_summary_repeats_it() -> None:
     """An invalid CR used to get two identical Warnings (Validated=False, then Stalled=True with
     the same words) naming only the first finding."""
-    from specdeploy.controller.conditions import condition_events, finding_events
+    from specdeploy.controller.reconcile.conditions import condition_events, finding_events
 
     verdicts = {"Validated": Verdict("False", "InvalidSpec", "spec.image: wrong (+1 more)"), "Planned": Verdict("Unknown", "NotValidated")}
     findings = [_finding("image-invalid", "spec.image"), _finding("method-misspelled", "spec.draft.method"),
@@ -151,7 +151,7 @@ def test_each_error_finding_is_one_event_and_no_summary_repeats_it() -> None:
 
 
 def test_a_plan_finding_takes_the_planned_reason_and_many_findings_are_counted() -> None:
-    from specdeploy.controller.conditions import MAX_FINDING_EVENTS, finding_events
+    from specdeploy.controller.reconcile.conditions import MAX_FINDING_EVENTS, finding_events
 
     verdicts = {"Validated": Verdict("True", "Valid"), "Planned": Verdict("False", "NoFeasiblePlan", "x")}
     events, said = finding_events([_finding("gpu-unknown", "spec.resources.gpu.product", stage="plan")], [], verdicts)
@@ -163,7 +163,7 @@ def test_a_plan_finding_takes_the_planned_reason_and_many_findings_are_counted()
 
 def test_a_stall_of_its_own_still_warns() -> None:
     """Stalled=True that no spec condition explains (the children cannot be written) is the one Event."""
-    from specdeploy.controller.conditions import condition_events
+    from specdeploy.controller.reconcile.conditions import condition_events
 
     stuck = [{"type": "Validated", "status": "True", "reason": "Valid", "message": ""},
              {"type": "Stalled", "status": "True", "reason": "ApplyFailed", "message": "RBAC"}]
@@ -171,7 +171,7 @@ def test_a_stall_of_its_own_still_warns() -> None:
 
 
 def test_the_log_line_gives_the_verdict() -> None:
-    from specdeploy.controller.conditions import verdict_line
+    from specdeploy.controller.reconcile.conditions import verdict_line
 
     def cond(kind: str, status: str, reason: str, message: str = "m") -> dict[str, str]:
         return {"type": kind, "status": status, "reason": reason, "message": message}
@@ -188,7 +188,7 @@ def test_the_text_log_names_the_object_and_drops_kopfs_succeeded_line(capsys: py
 
     import kopf
 
-    from specdeploy.controller.main import configure_logging
+    from specdeploy.controller.process.main import configure_logging
 
     root = logging.getLogger()
     saved = root.handlers[:], root.level

@@ -18,7 +18,7 @@ import yaml
 from specdeploy import cli
 from specdeploy.api.image_reference import image_problem
 from specdeploy.api.parse import parse_object, parse_spec
-from specdeploy.controller.webhook import admission_verdict
+from specdeploy.controller.admission.webhook import admission_verdict
 from specdeploy.planning.gpus import UnknownGpuError, lookup_gpu
 from specdeploy.vllm import DEFAULT_VERSION, SUPPORTED_VERSIONS
 from tests.conftest import not_in_our_words

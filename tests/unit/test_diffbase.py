@@ -1,4 +1,4 @@
-"""kopf's record of the handled spec (controller/diffbase.py): a digest, and of the spec the
+"""kopf's record of the handled spec (controller/reconcile/diffbase.py): a digest, and of the spec the
 reconcile judged, not of the (older) event kopf happened to hold."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from specdeploy.api.spec import API_GROUP
-from specdeploy.controller.diffbase import DigestDiffBaseStorage
+from specdeploy.controller.reconcile.diffbase import DigestDiffBaseStorage
 
 KEY = f"{API_GROUP}/last-handled-configuration"
 

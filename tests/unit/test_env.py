@@ -1,4 +1,4 @@
-"""The operator's numeric settings: one rule (controller/env.py) for every variable, and a bad
+"""The operator's numeric settings: one rule (controller/process/env.py) for every variable, and a bad
 value stops `specdeploy run` at start-up with a message naming the variable and what it allows."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.controller import env
-from specdeploy.controller import main  # noqa: F401  (imports and so declares every setting)
+from specdeploy.controller.process import env
+from specdeploy.controller.process import main  # noqa: F401  (imports and so declares every setting)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -205,7 +205,7 @@ def evaluate_codes(spec: dict[str, Any], target: Any, draft: Any = None) -> Reac
 
 def preflight_codes() -> Reached:
     """The operator's preflight gate on the image's vLLM refusing the exact args."""
-    from specdeploy.controller.preflight_gate import decide
+    from specdeploy.controller.reconcile.preflight_gate import decide
     from specdeploy.preflight.outcome import Outcome, parse_verdict
     from specdeploy.preflight.request import judge_request
 

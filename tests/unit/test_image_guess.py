@@ -16,8 +16,8 @@ import yaml
 
 from specdeploy.api.parse import parse_spec
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.controller import preflight_gate as gate
-from specdeploy.controller import webhook
+from specdeploy.controller.reconcile import preflight_gate as gate
+from specdeploy.controller.admission import webhook
 from specdeploy.geometry import ModelInputs
 from specdeploy.pipeline import Evaluation, evaluate
 from specdeploy.preflight.outcome import Outcome, parse_verdict

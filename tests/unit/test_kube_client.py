@@ -15,8 +15,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from specdeploy.controller.budget import Budget
-from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration
+from specdeploy.controller.reconcile.budget import Budget
+from specdeploy.controller.process.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration
 
 
 def _kubeconfig(path: Path, server: str, user: dict[str, Any], cluster: dict[str, Any] | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""Leader election's rules (controller/leader.py), on a fake Lease store and a fake clock: a
+"""Leader election's rules (controller/process/leader.py), on a fake Lease store and a fake clock: a
 standby takes only a Lease it has seen unchanged for the lease duration (or a released one), a
 stale write loses, leadership ends at the renew deadline, and a write is refused from then on
 before anything is sent."""
@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes.client.rest import ApiException
 
-from specdeploy.controller.kube import Kube, NotLeading
-from specdeploy.controller.leader import Elector, Leadership, Timing
+from specdeploy.controller.process.kube import Kube, NotLeading
+from specdeploy.controller.process.leader import Elector, Leadership, Timing
 
 TIMING = Timing(lease_duration=12, renew_deadline=8, retry_period=2)
 

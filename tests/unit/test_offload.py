@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from specdeploy.controller.offload import OffLoop, Slots, reconcile_budget
+from specdeploy.controller.reconcile.offload import OffLoop, Slots, reconcile_budget
 
 
 async def test_a_retry_joins_the_job_its_cut_off_caller_left_running() -> None:

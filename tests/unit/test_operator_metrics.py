@@ -1,4 +1,4 @@
-"""The operator's per-CR gauges (controller/metrics.py): what a Prometheus scrape of /metrics
+"""The operator's per-CR gauges (controller/process/metrics.py): what a Prometheus scrape of /metrics
 shows for a CR's status.speculation, plan and preflight, one series per CR and gauge, gone with
 the CR, and no more series for a busier CR (bounded cardinality)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdeploy.controller.metrics import Metrics
+from specdeploy.controller.process.metrics import Metrics
 
 STATUS: dict[str, Any] = {
     "conditions": [{"type": "Ready", "status": "True"}],

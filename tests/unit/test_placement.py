@@ -10,8 +10,8 @@ import pytest
 
 from specdeploy.api.conditions import PLANNED, PROGRESSING, VALIDATED, Reason, Verdict
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.controller.conditions import WorkloadState, ready_verdict, scheduling_problem, workload_verdicts
-from specdeploy.controller.state import Unschedulable
+from specdeploy.controller.reconcile.conditions import WorkloadState, ready_verdict, scheduling_problem, workload_verdicts
+from specdeploy.controller.reconcile.state import Unschedulable
 from specdeploy.planning.placement import min_memory_mib
 from specdeploy.render import render_manifests
 from specdeploy.render.pod import placed_affinity

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.controller import preflight_gate as gate
-from specdeploy.controller.kube import KubePermanentError, KubeTemporaryError
-from specdeploy.controller.state import PreflightWaits
+from specdeploy.controller.reconcile import preflight_gate as gate
+from specdeploy.controller.process.kube import KubePermanentError, KubeTemporaryError
+from specdeploy.controller.reconcile.state import PreflightWaits
 from specdeploy.geometry import ModelInputs
 from specdeploy.pipeline import evaluate
 from specdeploy.preflight.job import JOB_LABEL, MODEL_DIRS, file_digests, preflight_config_map, preflight_job
@@ -479,7 +479,7 @@ CR_UID = "cr-uid"
 
 
 def live_job(*, owner_uid: str = CR_UID, command: list[str] | None = None) -> dict[str, Any]:
-    from specdeploy.controller.preflight_gate import judge_source
+    from specdeploy.controller.reconcile.preflight_gate import judge_source
 
     request = request_for(LLAMA)
     config_map = preflight_config_map(request, judge_source(), cr_name="sd", namespace="ns")

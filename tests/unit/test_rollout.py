@@ -361,7 +361,7 @@ def rendered() -> list[dict[str, Any]]:
 
 
 def test_during_the_canary_the_stable_workload_is_held_as_it_is_live() -> None:
-    from specdeploy.controller.apply import merge_patch
+    from specdeploy.controller.reconcile.apply import merge_patch
     from specdeploy.rollout.phase import arm_children
 
     live = with_draft(render_manifests(OLD, make_plan(), name="llama", namespace="ml")[0], draft_key(OLD))

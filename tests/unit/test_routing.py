@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from specdeploy.controller.apply import merge_patch
+from specdeploy.controller.reconcile.apply import merge_patch
 from specdeploy.preflight.job import preflight_config_map, preflight_job
 from specdeploy.preflight.request import judge_request
 from specdeploy.render import render_manifests

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from specdeploy.controller.telemetry import CONDITION, _slim
+from specdeploy.controller.scraping.telemetry import CONDITION, _slim
 
 
 def watched_cr() -> dict[str, Any]:

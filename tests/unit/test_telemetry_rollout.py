@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from specdeploy.controller.telemetry import Telemetry, _Tracked
+from specdeploy.controller.scraping.telemetry import Telemetry, _Tracked
 from specdeploy.telemetry import Window
 from specdeploy.telemetry.auto_k import KChange
 

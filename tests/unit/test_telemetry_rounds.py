@@ -11,8 +11,8 @@ from typing import Any, AsyncIterator
 import pytest
 from aiohttp import web
 
-from specdeploy.controller.kube import KubeTemporaryError
-from specdeploy.controller.telemetry import MAX_OBJECT_SCRAPES, MAX_PARALLEL_BODIES, MAX_SLOTS, RESYNC_PASSES, Telemetry
+from specdeploy.controller.process.kube import KubeTemporaryError
+from specdeploy.controller.scraping.telemetry import MAX_OBJECT_SCRAPES, MAX_PARALLEL_BODIES, MAX_SLOTS, RESYNC_PASSES, Telemetry
 from specdeploy.render.labels import labels
 
 TEXT = ("# TYPE vllm:spec_decode_num_drafts counter\n"

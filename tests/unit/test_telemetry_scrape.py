@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from specdeploy.controller.scrape import PodIndex, ScrapeError, controlled_uids, controller_uid, read_metrics, session, slim_pod
+from specdeploy.controller.scraping.scrape import PodIndex, ScrapeError, controlled_uids, controller_uid, read_metrics, session, slim_pod
 from specdeploy.render.labels import LWS_WORKER_INDEX_LABEL, labels
 from specdeploy.telemetry.metrics import RUNNING, MetricsError, parse_counters, parse_sample
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdeploy.api.status import Condition
-from specdeploy.controller.telemetry import scrape_targets, set_condition
+from specdeploy.controller.scraping.telemetry import scrape_targets, set_condition
 from specdeploy.render.labels import LWS_WORKER_INDEX_LABEL
 from specdeploy.api.conditions import Verdict
 

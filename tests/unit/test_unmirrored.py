@@ -12,8 +12,8 @@ from typing import Any
 
 from specdeploy.api.conditions import SPEC_CONDITIONS
 from specdeploy.api.spec import KIND
-from specdeploy.controller.reconcile import Reconciler, Result
-from specdeploy.controller.state import DesiredChildren, StatusWriters
+from specdeploy.controller.reconcile.steps import Reconciler, Result
+from specdeploy.controller.reconcile.state import DesiredChildren, StatusWriters
 
 NOW = "2026-12-06T00:00:00Z"
 SERVING = "Deployment/sd-1"

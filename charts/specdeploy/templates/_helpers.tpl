@@ -59,7 +59,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
-{{/* The operator's declared permissions (generated from specdeploy.controller.permissions). */}}
+{{/* The operator's declared permissions (generated from specdeploy.controller.process.permissions). */}}
 {{- define "specdeploy.rbacRules" -}}
 {{- .Files.Get "files/rbac-rules.yaml" | fromYaml | toJson }}
 {{- end }}

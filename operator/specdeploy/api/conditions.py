@@ -14,7 +14,7 @@ from typing import Final
 
 VALIDATED: Final = "Validated"
 PLANNED: Final = "Planned"
-PREFLIGHT: Final = "Preflight"  # the image's own vLLM on the exact args (controller/preflight_gate.py)
+PREFLIGHT: Final = "Preflight"  # the image's own vLLM on the exact args (controller/reconcile/preflight_gate.py)
 PROGRESSING: Final = "Progressing"
 AVAILABLE: Final = "Available"
 READY: Final = "Ready"  # the summary Argo CD and `kubectl wait` read
@@ -69,7 +69,7 @@ class Reason:
     RUNNING = "Running"
     COULD_NOT_RUN = "CouldNotRun"
     DISABLED = "Disabled"
-    # No verdict is taken from what the operator did not make (controller/preflight_gate.py, preflight/outcome.py);
+    # No verdict is taken from what the operator did not make (controller/reconcile/preflight_gate.py, preflight/outcome.py);
     # each holds the workload in every mode.
     UNTRUSTED_POD = "UntrustedPod"  # a pod claims the Job's verdict but the Job did not make it
     UNTRUSTED_JOB = "UntrustedJob"  # the Job at the preflight's name is not owned by this CR

@@ -1,5 +1,5 @@
 """`specdeploy preflight`: the in-image judge (specdeploy/preflight/) run under a local Python, or
-the Job the operator's preflight gate (controller/preflight_gate.py) would create, printed."""
+the Job the operator's preflight gate (controller/reconcile/preflight_gate.py) would create, printed."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ def add_run(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from specdeploy.controller.main import run
+    from specdeploy.controller.process.main import run
 
     try:
         run(namespaces=args.namespace, all_namespaces=args.all_namespaces, liveness=args.liveness, log_format=args.log_format)

@@ -5,7 +5,7 @@ on its pods (and in its selector, so that the two Deployments' ReplicaSets never
 other's pods). Its pods keep the selector labels the Service, the PDB and the InferencePool
 select on, so both arms serve behind them, each in proportion to its Ready pods. The stable
 arm's pods carry no arm label: adding one would change its pod template and restart it, and
-"not the canary" is what stable means (controller/telemetry.py reads it so).
+"not the canary" is what stable means (controller/scraping/telemetry.py reads it so).
 """
 
 from __future__ import annotations

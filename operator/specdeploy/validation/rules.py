@@ -25,7 +25,7 @@ def divisors_note(n: int) -> str:
 
 
 # Fast rules cannot judge the method: the workload waits for a preflight of the image's own vLLM
-# (controller/reconcile.py); the CLI reports the spec as not judged.
+# (controller/reconcile/steps.py); the CLI reports the spec as not judged.
 METHOD_NEEDS_PREFLIGHT = "method-needs-preflight"
 
 

@@ -26,7 +26,7 @@ def draft_n_predict(method: Method, draft: Geometry | None) -> int | None:
 
 # With numSpeculativeTokens: auto and no default in the draft config (vLLM then has none), the
 # first k -- the operator's choice, not vLLM's; the telemetry then moves it to the goodput
-# model's recommendation (controller/telemetry.py, telemetry/auto_k.py).
+# model's recommendation (controller/scraping/telemetry.py, telemetry/auto_k.py).
 AUTO_START_K = 3
 
 

@@ -3,7 +3,7 @@
 Nothing is generated at render time, so `helm template` gives the same output every run and a
 GitOps tool sees no drift. At run time the leader keeps a CA and a serving certificate for the
 webhook Service's DNS names in a Secret (which every replica mounts: the webhook server reloads
-it from disk, controller/webhook.py) and the CA in the ValidatingWebhookConfiguration's
+it from disk, controller/admission/webhook.py) and the CA in the ValidatingWebhookConfiguration's
 caBundle (the chart renders it without one; helm's three-way merge leaves the live value alone).
 It issues a new pair when there is none, when it expires within RENEW_BEFORE, or when the
 Service's names changed. Only the leader writes: the writes go through the fenced client.
@@ -21,7 +21,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller.process.kube import Kube, KubePermanentError, KubeTemporaryError
 
 SECRET_ENV = "SPECDEPLOY_WEBHOOK_SECRET"  # set by the chart when the operator keeps the certificate
 SERVICE_ENV = "SPECDEPLOY_WEBHOOK_SERVICE"

@@ -43,14 +43,14 @@ import kopf
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, KIND, PLURAL
 from specdeploy.api.conditions import SPECULATION_EFFECTIVE, Reason, Verdict
-from specdeploy.controller.attempt import Events, reconcile_once
-from specdeploy.controller.canary_telemetry import CanaryWatch, arm_status, canary_round, decision_status
-from specdeploy.controller.conditions import condition_entry
-from specdeploy.controller.env import Number
-from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
-from specdeploy.controller.offload import reconcile_budget
-from specdeploy.controller.reconcile import Reconciler
-from specdeploy.controller.scrape import (
+from specdeploy.controller.reconcile.attempt import Events, reconcile_once
+from specdeploy.controller.scraping.canary_telemetry import CanaryWatch, arm_status, canary_round, decision_status
+from specdeploy.controller.reconcile.conditions import condition_entry
+from specdeploy.controller.process.env import Number
+from specdeploy.controller.process.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller.reconcile.offload import reconcile_budget
+from specdeploy.controller.reconcile.steps import Reconciler
+from specdeploy.controller.scraping.scrape import (
     MAX_BYTES,
     TIMEOUT_S,
     PodIndex,
@@ -173,7 +173,7 @@ class _Tracked:
     owners_of: str | None = None
     load: LoadWindow = field(init=False)  # batch sizes over the same window as the counters
     samples: dict[str, Sample] = field(default_factory=dict)  # this round's samples of the stable arm, by pod
-    canary: CanaryWatch | None = None  # a draft canary's per-arm counts (controller/canary_telemetry.py)
+    canary: CanaryWatch | None = None  # a draft canary's per-arm counts (controller/scraping/canary_telemetry.py)
 
     def __post_init__(self) -> None:
         self.load = LoadWindow(self.window.seconds)
@@ -310,7 +310,7 @@ class Telemetry:
 
     async def _judge_canary(self, tracked: _Tracked, namespace: str, name: str, now_s: float) -> None:
         """A draft canary's decision from both arms' counts; one other than Wait runs the
-        reconcile at once (it promotes or rolls back: controller/canary.py)."""
+        reconcile at once (it promotes or rolls back: controller/reconcile/canary.py)."""
         tracked.canary, decision = await canary_round(self.kube, self.pods, self._read_all, scrape_targets, tracked.canary,
                                                       body=tracked.body, stable_samples=tracked.samples, now_s=now_s)
         if decision is None:

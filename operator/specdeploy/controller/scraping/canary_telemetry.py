@@ -1,6 +1,6 @@
 """The telemetry's part of a draft canary: per-arm counts over the canary's life, the decision
 (rollout/decision.py) and status.rollout's figures; a decision other than Wait runs the
-reconcile, which promotes or rolls back (controller/canary.py).
+reconcile, which promotes or rolls back (controller/reconcile/canary.py).
 
 The stable arm's samples are the ones the ordinary round read (its workload's pods), counted from
 the canary's first round (while it still loads). The canary's pods are the canary Deployment's, by
@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
-from specdeploy.controller.kube import Kube
-from specdeploy.controller.scrape import PodIndex, controller_uid, workload_owners
+from specdeploy.controller.process.kube import Kube
+from specdeploy.controller.scraping.scrape import PodIndex, controller_uid, workload_owners
 from specdeploy.rollout.arms import failed, ready
 from specdeploy.rollout.decision import Arm, ArmFigures, Decision, decide
 from specdeploy.telemetry import Window, analyse

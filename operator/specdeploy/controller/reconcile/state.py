@@ -25,8 +25,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping
 
-from specdeploy.controller.budget import Budget
-from specdeploy.controller.offload import OffLoop, Slots
+from specdeploy.controller.reconcile.budget import Budget
+from specdeploy.controller.reconcile.offload import OffLoop, Slots
 from specdeploy.pipeline import ModelInputs
 
 Key = tuple[str, str]  # (namespace, name)

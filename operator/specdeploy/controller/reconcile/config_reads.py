@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from specdeploy.api.spec import DraftSpec, ModelSource, SpeculativeDeploymentSpec
-from specdeploy.controller.kube import Kube, KubeTemporaryError, request_timeout
-from specdeploy.controller.offload import OffLoop
-from specdeploy.controller.state import ConfigCache
+from specdeploy.controller.process.kube import Kube, KubeTemporaryError, request_timeout
+from specdeploy.controller.reconcile.offload import OffLoop
+from specdeploy.controller.reconcile.state import ConfigCache
 from specdeploy.pipeline import ModelInputs
 from specdeploy.sources import SourceUnavailable, resolve_model, resolve_pair
 

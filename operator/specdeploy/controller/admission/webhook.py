@@ -52,8 +52,8 @@ import kopf
 from aiohttp import web
 
 from specdeploy.api.parse import MAX_REQUEST_BYTES, parse_object, parse_spec
-from specdeploy.controller import preflight_gate
-from specdeploy.controller.env import Number
+from specdeploy.controller.reconcile import preflight_gate
+from specdeploy.controller.process.env import Number
 from specdeploy.sources import SourceInvalid, SourceUnavailable, resolve_model, resolve_pair
 from specdeploy.findings import Severity
 
@@ -352,7 +352,7 @@ def server_from_env() -> Any:
 CERT_CHECK_S = Number("SPECDEPLOY_WEBHOOK_CERT_CHECK_S", 10.0, minimum=0, exclusive=True)
 
 
-# Set while this replica's webhook server listens (readiness waits for it: controller/metrics.py).
+# Set while this replica's webhook server listens (readiness waits for it: controller/process/metrics.py).
 SERVING = threading.Event()
 
 

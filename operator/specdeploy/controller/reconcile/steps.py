@@ -1,6 +1,6 @@
 """One reconcile for create, update and resume, as named steps: parse -> resolve configs ->
 judge (validation + plan) -> preflight (the image's own vLLM on the exact args, once per
-combination: controller/preflight_gate.py) -> apply (render, apply, prune) -> status. Each step
+combination: controller/reconcile/preflight_gate.py) -> apply (render, apply, prune) -> status. Each step
 reads and fills one `Pass`; a step that settles the verdict (an invalid spec, a config not
 readable yet, a refusal, a failed apply) stops the pass, and the status step always runs. A new step goes in
 `Reconciler.steps`, in flow order. The readiness mirror keeps status in step with the workload
@@ -28,13 +28,13 @@ from typing import Any, Awaitable, Callable, Mapping
 from specdeploy.api.conditions import PLANNED, PREFLIGHT, PROGRESSING, READY, ROLLOUT, SPEC_CONDITIONS, UNKNOWN, VALIDATED, Reason, Verdict
 from specdeploy.api.parse import parse_spec
 from specdeploy.api.spec import KIND, SpeculativeDeploymentSpec
-from specdeploy.controller.canary import arms
+from specdeploy.controller.reconcile.canary import arms
 from specdeploy.rollout.phase import promotion_done
-from specdeploy.controller import preflight_gate as gate
-from specdeploy.controller import state
-from specdeploy.controller.apply import Applied, apply_child, covers, owned_by, owned_children, prune
-from specdeploy.controller.config_reads import ConfigReads
-from specdeploy.controller.conditions import (
+from specdeploy.controller.reconcile import preflight_gate as gate
+from specdeploy.controller.reconcile import state
+from specdeploy.controller.reconcile.apply import Applied, apply_child, covers, owned_by, owned_children, prune
+from specdeploy.controller.reconcile.config_reads import ConfigReads
+from specdeploy.controller.reconcile.conditions import (
     Event,
     Verdicts,
     WorkloadState,
@@ -47,9 +47,9 @@ from specdeploy.controller.conditions import (
     verdicts_from,
     workload_verdicts,
 )
-from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
-from specdeploy.controller.offload import BUDGET_ENV, OffLoop
-from specdeploy.controller.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests, StatusSlot, StatusWriters
+from specdeploy.controller.process.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller.reconcile.offload import BUDGET_ENV, OffLoop
+from specdeploy.controller.reconcile.state import ConfigCache, DesiredChildren, EvaluationCache, Manifests, StatusSlot, StatusWriters
 from specdeploy.findings import VALIDATION_STAGES, Finding, Severity
 from specdeploy.pipeline import Evaluation, ModelInputs, evaluate
 from specdeploy.planning.plan import Plan
@@ -62,7 +62,7 @@ _WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 
 
 class RetryKind(str, Enum):
-    """Which backoff schedule a retry takes (controller/main.py BACKOFF). Every retry names its
+    """Which backoff schedule a retry takes (controller/process/main.py BACKOFF). Every retry names its
     kind where it is decided; API, the default, is also what a retry with no better word gets."""
 
     API = "api"  # the API server failed or the reconcile was cut off: retry soon

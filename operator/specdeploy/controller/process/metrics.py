@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily
 
 from specdeploy.api.conditions import READY
-from specdeploy.controller.env import Number
+from specdeploy.controller.process.env import Number
 
 METRICS_PORT_ENV = "SPECDEPLOY_METRICS_PORT"
 METRICS_PORT = Number(METRICS_PORT_ENV, 0, minimum=1, maximum=65535, integer=True)  # unset: no server
@@ -214,7 +214,7 @@ class Metrics:
         self.duration = Histogram("specdeploy_reconcile_duration_seconds", "Time one reconcile took", registry=self.registry,
                                   buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
         # The fast rules accepted what the image's own vLLM refused, by the judge's stage: every
-        # cluster checks our rules continuously (controller/preflight_gate.py).
+        # cluster checks our rules continuously (controller/reconcile/preflight_gate.py).
         self.preflight_disagreements = Counter("specdeploy_preflight_disagreements", "Specs the fast rules accepted and the preflight (the image's vLLM) refused, by stage", ["stage"], registry=self.registry)
         self.api_errors = Counter("specdeploy_api_errors", "Kubernetes API responses with an error status", ["method", "kind", "code"], registry=self.registry)
         self.state = _StateCollector()

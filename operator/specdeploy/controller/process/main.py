@@ -5,7 +5,7 @@ A process runs two kopf instances, each in its own thread and loop: the front (`
 liveness endpoint and the validating webhook, in every replica, leader or standby) and the
 controller (`registry`: every handler and the telemetry, only while this replica leads). The
 main thread turns SIGTERM into a stop bounded at SHUTDOWN_S and gives the Lease up; the
-controller's client refuses writes once leadership is lost (controller/leader.py).
+controller's client refuses writes once leadership is lost (controller/process/leader.py).
 
 Handlers are thin and asynchronous: they take the client from `memo`, run the reconcile as
 `attempt.reconcile_once` does for every caller (a slot, the time budget
@@ -38,19 +38,24 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
-from specdeploy.controller import LOG_FORMATS, certificates, env, leader, telemetry, webhook
-from specdeploy.controller.attempt import reconcile_once, utc_now as _now
-from specdeploy.controller.diffbase import DigestDiffBaseStorage
-from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration, request_timeout
-from specdeploy.controller.metrics import METRICS, METRICS_PORT
-from specdeploy.controller.offload import OffLoop, reconcile_budget
-from specdeploy.controller.reconcile import Reconciler, RetryKind
-from specdeploy.controller import state
+from specdeploy.controller import LOG_FORMATS
+from specdeploy.controller.admission import certificates
+from specdeploy.controller.process import env
+from specdeploy.controller.process import leader
+from specdeploy.controller.scraping import telemetry
+from specdeploy.controller.admission import webhook
+from specdeploy.controller.reconcile.attempt import reconcile_once, utc_now as _now
+from specdeploy.controller.reconcile.diffbase import DigestDiffBaseStorage
+from specdeploy.controller.process.kube import Kube, KubePermanentError, KubeTemporaryError, load_configuration, request_timeout
+from specdeploy.controller.process.metrics import METRICS, METRICS_PORT
+from specdeploy.controller.reconcile.offload import OffLoop, reconcile_budget
+from specdeploy.controller.reconcile.steps import Reconciler, RetryKind
+from specdeploy.controller.reconcile import state
 from specdeploy.preflight.job import JOB_LABEL
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, label_value
 
 registry = kopf.OperatorRegistry()
-# kopf's record of the handled spec, fed the spec each reconcile judged (controller/diffbase.py).
+# kopf's record of the handled spec, fed the spec each reconcile judged (controller/reconcile/diffbase.py).
 DIFFBASE = DigestDiffBaseStorage(prefix=API_GROUP, key="last-handled-configuration")
 logger = logging.getLogger("specdeploy.operator")
 
@@ -156,7 +161,7 @@ def _reconciler(memo: kopf.Memo, logger: Any) -> Reconciler:
 @kopf.on.update(API_GROUP, API_VERSION, PLURAL, id="reconcile", registry=registry)
 async def reconcile(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, retry: int = 0, **_: Any) -> None:
     """In a slot, within the budget (`attempt.reconcile_once`); kopf retries with our backoff.
-    kopf then records the spec this reconcile judged as handled (controller/diffbase.py)."""
+    kopf then records the spec this reconcile judged as handled (controller/reconcile/diffbase.py)."""
     DIFFBASE.forget(body.metadata.uid)
     outcome = await reconcile_once(_reconciler(memo, logger), body, budget_s=memo.budget_s, logger=logger, post=_post, retry=retry)
     if outcome.result is not None and outcome.result.judged is not None:
@@ -338,7 +343,7 @@ telemetry.register(registry)
 @kopf.on.startup(registry=registry)
 async def keep_webhook_certificate(memo: kopf.Memo, **_: Any) -> None:
     """The leader keeps the webhook's certificate and caBundle when the chart asks it to
-    (no cert-manager): controller/certificates.py."""
+    (no cert-manager): controller/admission/certificates.py."""
     where = certificates.Placement.from_env()
     if where is not None:
         memo.certificate_task = asyncio.create_task(certificates.keep(memo.kube, where), name="specdeploy-webhook-certificate")
@@ -353,7 +358,7 @@ async def stop_keeping_webhook_certificate(memo: kopf.Memo, **_: Any) -> None:
 # -- the front: what every replica serves, leader or standby ---------------------------------
 # kopf's liveness endpoint and the validating webhook: validation needs no leadership, so the
 # webhook Service may route to any replica. It has no client of its own: the webhook reads
-# nothing from the cluster (controller/webhook.py says why).
+# nothing from the cluster (controller/admission/webhook.py says why).
 front = kopf.OperatorRegistry()
 kopf.on.login(registry=front)(login)
 
@@ -396,7 +401,7 @@ def run(
     """Run the operator until stopped (SIGTERM/SIGINT, or `stop_flag`). Every replica serves
     the front (liveness, webhook, /metrics and /readyz); the controller (kopf's handlers, the
     telemetry) runs while this replica leads: always with one replica, while it holds the Lease
-    with SPECDEPLOY_LEADER_ELECTION=true (controller/leader.py)."""
+    with SPECDEPLOY_LEADER_ELECTION=true (controller/process/leader.py)."""
     if not namespaces and not all_namespaces:
         raise ValueError("give --namespace at least once, or --all-namespaces")
     env.check()  # every numeric setting, before anything starts

@@ -24,8 +24,8 @@ from typing import Any, Mapping
 
 import aiohttp
 
-from specdeploy.controller.env import Number
-from specdeploy.controller.kube import Kube
+from specdeploy.controller.process.env import Number
+from specdeploy.controller.process.kube import Kube
 from specdeploy.render.labels import LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL, label_value, selector_labels, selector_string
 
 MAX_BYTES = Number("SPECDEPLOY_METRICS_MAX_BYTES", 8 * 1024 * 1024, minimum=1024, integer=True)

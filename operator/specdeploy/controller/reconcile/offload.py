@@ -18,9 +18,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, Hashable, TypeVar
 
-from specdeploy.controller.budget import waiting
-from specdeploy.controller.env import Number
-from specdeploy.controller.kube import API_CONNECTIONS
+from specdeploy.controller.reconcile.budget import waiting
+from specdeploy.controller.process.env import Number
+from specdeploy.controller.process.kube import API_CONNECTIONS
 
 T = TypeVar("T")
 

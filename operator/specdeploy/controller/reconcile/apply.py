@@ -15,10 +15,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from specdeploy.controller.kube import Kube, KubeTemporaryError
+from specdeploy.controller.process.kube import Kube, KubeTemporaryError
 from specdeploy.render.labels import MANAGED_BY, MANAGED_BY_LABEL, OWNER_LABEL, label_value
 
-# Every kind a SpeculativeDeployment's children can have (kind names of controller/kube.py).
+# Every kind a SpeculativeDeployment's children can have (kind names of controller/process/kube.py).
 CHILD_KINDS = ("Deployment", "LeaderWorkerSet", "Service", "PodDisruptionBudget", "InferencePool")
 
 # Map fields under which every key is ours: keys no longer rendered are deleted. An

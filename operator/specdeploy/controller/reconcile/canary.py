@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from specdeploy.api.conditions import Reason, Verdict
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.controller.kube import Kube
+from specdeploy.controller.process.kube import Kube
 from specdeploy.rollout.arms import canary_name, live_draft, rolled_out
 from specdeploy.rollout.phase import Decided, Seen, arm_children, canary_replicas, rollout_status, step
 

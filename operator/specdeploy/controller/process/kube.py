@@ -29,9 +29,9 @@ from kubernetes.client import Configuration
 
 from specdeploy import __version__
 from specdeploy.api.spec import API_GROUP, API_VERSION, PLURAL
-from specdeploy.controller.budget import waiting
-from specdeploy.controller.env import Number
-from specdeploy.controller.permissions import allows
+from specdeploy.controller.reconcile.budget import waiting
+from specdeploy.controller.process.env import Number
+from specdeploy.controller.process.permissions import allows
 
 RETRY_DELAY_S = 15.0
 USER_AGENT = f"specdeploy/{__version__} (aiohttp)"
@@ -120,7 +120,7 @@ class Kube:
                  may_write: Callable[[], bool] | None = None, keeps_webhook_certificate: bool = False):
         self.configuration = configuration
         self.keeps_webhook_certificate = keeps_webhook_certificate
-        # The fence (controller/leader.py Leadership.holds): asked before every write; None: always.
+        # The fence (controller/process/leader.py Leadership.holds): asked before every write; None: always.
         self.may_write = may_write
         self.read_secrets = read_secrets
         self.on_response = on_response  # (method, kind, HTTP status): the metrics hook

@@ -7,7 +7,7 @@ of its last renewal that succeeded, measured on this process's monotonic clock; 
 a Lease whose record it has seen unchanged for `lease_duration` (on its own clock), or one that
 was released. Because renew deadline < lease duration, a leader that cannot renew (API reset,
 Lease calls that hang, a blackhole) stops acting before anyone else may start: `Leadership`
-refuses writes from that instant (controller/kube.py asks it before every write) and the
+refuses writes from that instant (controller/process/kube.py asks it before every write) and the
 `watchdog` ends the process (kopf's own writes included), independently of any call in flight.
 
 The `kubernetes` package's `leaderelection` is not used: it measures with the wall clock and a
@@ -29,7 +29,7 @@ from typing import Callable
 from kubernetes import client as k8s_client
 from kubernetes.client.rest import ApiException
 
-from specdeploy.controller.env import Number
+from specdeploy.controller.process.env import Number
 
 LEADER_ELECTION_ENV = "SPECDEPLOY_LEADER_ELECTION"  # "true" to enable
 LEASE_NAMESPACE_ENV = "SPECDEPLOY_LEASE_NAMESPACE"  # the chart: a namespace its RBAC covers

@@ -1,7 +1,7 @@
 """Every Kubernetes permission the operator's code uses, declared once.
 
 The Helm chart builds its (Cluster)Role from `PERMISSIONS`, and the client layer
-(`controller/kube.py`) checks each call against it, so the RBAC the chart grants and the
+(`controller/process/kube.py`) checks each call against it, so the RBAC the chart grants and the
 calls the code makes cannot drift apart. `SECRETS_PERMISSION` is opt-in: only an operator
 that reads a Hub token itself (to fetch configs from gated repos) needs it; the pods get
 their token through `secretKeyRef`, which needs no operator permission.
@@ -39,18 +39,18 @@ PERMISSIONS: tuple[Permission, ...] = (
     # Model configs given as spec.target.configMapRef / spec.draft.configMapRef (get); the
     # preflight's ConfigMap (the judge, its request and the configs read), deleted once judged.
     Permission("", "configmaps", ("get", "create", "delete")),
-    # The preflight Job (controller/preflight_gate.py): started once per image + args + configs, read
+    # The preflight Job (controller/reconcile/preflight_gate.py): started once per image + args + configs, read
     # when it changes (list/watch, with a server-side selector on our label: no polling); its
     # TTL removes it. delete: a Job whose judge was edited, whose pod cannot be told from a copy,
     # or that runs another template than the operator's, is made again.
     Permission("batch", "jobs", ("get", "list", "watch", "create", "delete")),
     # Leader election (two replicas, one active): the Lease in the operator's namespace.
-    # The renewal is a merge patch carrying the resourceVersion it read (controller/leader.py).
+    # The renewal is a merge patch carrying the resourceVersion it read (controller/process/leader.py).
     Permission("coordination.k8s.io", "leases", ("get", "create", "patch")),
     # The serving pods: the telemetry lists them for each ready leader pod's IP and reads its
     # /metrics there, and the preflight pod for its termination message (never one pod by name).
     # It reads only the pods its workload owns, through the owner chain: a Deployment's
-    # ReplicaSets, a LeaderWorkerSet's leader StatefulSet (controller/scrape.py). Watched, with a
+    # ReplicaSets, a LeaderWorkerSet's leader StatefulSet (controller/scraping/scrape.py). Watched, with a
     # server-side selector on its own label, for the scheduler's verdict (Ready=Unschedulable) and
     # for the preflight pod's end (the CR waiting on its Job is reconciled then).
     Permission("", "pods", ("list", "watch")),
@@ -66,7 +66,7 @@ SECRETS_PERMISSION = Permission("", "secrets", ("get",))
 
 
 # When the operator keeps the webhook's certificate (the chart without cert-manager,
-# controller/certificates.py): its Secret in the release namespace and the caBundle of its
+# controller/admission/certificates.py): its Secret in the release namespace and the caBundle of its
 # ValidatingWebhookConfiguration. The chart narrows get/patch (and the Secret's watch, a
 # watch on its name alone) to those names.
 WEBHOOK_CERTIFICATE_PERMISSIONS: tuple[Permission, ...] = (

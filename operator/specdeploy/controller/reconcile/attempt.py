@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from specdeploy.api.conditions import SPEC_CONDITIONS
-from specdeploy.controller.budget import Budget
-from specdeploy.controller.kube import KubePermanentError, KubeTemporaryError
-from specdeploy.controller.metrics import METRICS
-from specdeploy.controller.reconcile import Reconciler, Result, RetryKind
-from specdeploy.controller.state import Key, Run
+from specdeploy.controller.reconcile.budget import Budget
+from specdeploy.controller.process.kube import KubePermanentError, KubeTemporaryError
+from specdeploy.controller.process.metrics import METRICS
+from specdeploy.controller.reconcile.steps import Reconciler, Result, RetryKind
+from specdeploy.controller.reconcile.state import Key, Run
 
 Events = list[tuple[str, str, str]]  # (type, reason, message)
 Post = Callable[[Mapping[str, Any], Events], "Awaitable[None] | None"]

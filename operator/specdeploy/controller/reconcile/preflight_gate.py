@@ -9,7 +9,7 @@ own pod (preflight/outcome.py); a Job whose judge was edited, or whose pod canno
 a copy, is deleted and made again.
 `decide` (pure) turns an outcome and `spec.preflight.mode` into what the reconcile does.
 Nothing polls a Job that runs: the CR waits on it (`state.PreflightWaits`, recorded before the
-Job is read), and the watch of preflight Jobs and their pods (controller/main.py) reconciles it
+Job is read), and the watch of preflight Jobs and their pods (controller/process/main.py) reconciles it
 when one of them changes. A waiting CR costs no request until then.
 """
 
@@ -24,9 +24,9 @@ from typing import Any, Mapping
 
 from specdeploy.api.conditions import Reason, Verdict
 from specdeploy.api.spec import SpeculativeDeploymentSpec
-from specdeploy.controller.kube import Kube, KubePermanentError, KubeTemporaryError
-from specdeploy.controller.metrics import METRICS
-from specdeploy.controller.state import PreflightWaits
+from specdeploy.controller.process.kube import Kube, KubePermanentError, KubeTemporaryError
+from specdeploy.controller.process.metrics import METRICS
+from specdeploy.controller.reconcile.state import PreflightWaits
 from specdeploy.findings import Stage, error
 from specdeploy.preflight import JUDGE_FILE
 from specdeploy.preflight.job import CONFIG_MAP_LIMIT_BYTES, JOB_LABEL, config_map_bytes, preflight_config_map, preflight_job, preflight_name

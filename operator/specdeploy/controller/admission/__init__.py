@@ -1,0 +1,1 @@
+"""The validating webhook and the certificate it serves with."""

@@ -1,0 +1,1 @@
+"""One reconcile of a SpeculativeDeployment: its named steps (steps), how each caller runs it (attempt, budget, offload), what it remembers between reconciles (state), what it applies and prunes (apply, diffbase), the preflight gate, the canary, and the status conditions it writes."""
