@@ -172,10 +172,13 @@ def main() -> None:
         created, planned_at, ready_at, started = apply_all(made, args.crs, args.image, args.preflight_mode, args.rate)
         settled = time.time()
         busy = audit(plane, started, settled)
-        leader = next(p for p in made.operators if p.proc is not None and p.proc.poll() is None)
         time.sleep(args.idle_s)  # nothing changes: every write in this window is a write too many
         idle = audit(plane, settled + 1, time.time())
+        from cluster.test_ha import leader_and_standby
+
+        leader, standby = leader_and_standby(made)  # by the Lease's holder: the standby reconciles nothing
         rss, peak = rss_mib(leader.proc.pid)
+        standby_rss, _ = rss_mib(standby.proc.pid)
         result = {
             "crs": args.crs, "gpuNodes": args.h100_nodes + 5, "image": args.image or "chart default",
             "preflightMode": args.preflight_mode or "BestEffort", "settledOn": "PreflightHeld" if args.preflight_mode == "Required" else "Ready",
@@ -185,7 +188,8 @@ def main() -> None:
             "idleSeconds": args.idle_s, "idleWrites": sum(e["verb"] in WRITES for e in idle), "idleRequests": len(idle),
             "idleWritesBesidesLease": sum(e["verb"] in WRITES and _resource(e) != "leases" for e in idle),
             "idleByRequest": dict(collections.Counter(f"{e['verb']} {_resource(e)}" for e in idle).most_common()),
-            "operatorRssMiB": round(rss, 1), "operatorPeakRssMiB": round(peak, 1), "namespace": NAMESPACE,
+            "leaderRssMiB": round(rss, 1), "leaderPeakRssMiB": round(peak, 1), "standbyRssMiB": round(standby_rss, 1),
+            "namespace": NAMESPACE,
         }
         result.update(handover(made))
         print(json.dumps(result))
