@@ -77,6 +77,7 @@ class Service:
         self.ok = 0
         self.failed: list[str] = []
         self.by_endpoint: dict[str, int] = {}
+        self.in_flight: dict[str, int] = {}  # requests sent to each endpoint and not yet answered
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -95,17 +96,23 @@ class Service:
         with self.lock:
             self.endpoints.remove(url)
 
+    def drained(self, url: str) -> bool:
+        """No request to `url` is in flight (a terminating pod answers what it was sent)."""
+        with self.lock:
+            return not self.in_flight.get(url)
+
     def _run(self) -> None:
         turn = 0
         while not self._stop.is_set():
-            with self.lock:
+            time.sleep(0.2)  # a steady trickle, not a flood: the CPU servers share two cores with the rest
+            with self.lock:  # the endpoint is chosen when the request is sent, as kube-proxy does
                 url = self.endpoints[turn % len(self.endpoints)] if self.endpoints else None
+                if url is not None:
+                    self.in_flight[url] = self.in_flight.get(url, 0) + 1
             turn += 1
             if url is None:
-                time.sleep(0.1)
                 continue
             try:
-                time.sleep(0.2)  # a steady trickle, not a flood: the CPU servers share two cores with the rest
                 out = _post(url + "/v1/completions", {"model": self.model, "prompt": PROMPT, "max_tokens": 32, "temperature": 0,
                                                       "ignore_eos": True})
                 assert out["choices"][0]["text"]
@@ -113,6 +120,9 @@ class Service:
                 self.by_endpoint[url] = self.by_endpoint.get(url, 0) + 1
             except (urllib.error.URLError, ConnectionError, TimeoutError, AssertionError, KeyError) as exc:
                 self.failed.append(f"{url}: {exc!r}")
+            finally:
+                with self.lock:
+                    self.in_flight[url] -= 1
 
 
 class Traces:
@@ -208,7 +218,7 @@ async def _canary_gone(cluster: Cluster, service: Service, server: Server, gener
     """The canary Deployment was deleted: its pod leaves the endpoints first, then stops (a pod's termination)."""
     await eventually(lambda: not cluster.exists(DEPLOYMENT, f"{NAME}-canary"), what="the canary deleted")
     service.remove(server.url)
-    await asyncio.sleep(0)  # requests in flight finish on the terminating server (vLLM drains on SIGTERM)
+    await eventually(lambda: service.drained(server.url), what="the canary's requests in flight answered")
     await _delete_pod(cluster, generation_pod)
     await asyncio.to_thread(server.stop)
 
@@ -269,6 +279,7 @@ async def test_canary_promotes_the_targets_own_weights_and_rolls_back_a_random_d
         await _pod(cluster, NAME, f"{NAME}-s2", new, owner)
         service.add(new.url)
         service.remove(stable.url)
+        await eventually(lambda: service.drained(stable.url), what="the old pod's requests in flight answered")
         await _delete_pod(cluster, f"{NAME}-s1")
         await asyncio.to_thread(stable.stop)
         await _ready(cluster, NAME)
