@@ -42,6 +42,7 @@ from kubernetes import client, watch  # noqa: E402
 
 from cluster.bed import NAMESPACE, WORKLOAD_NS, install, uninstall, until  # noqa: E402  (puts hack/cluster on sys.path)
 from controlplane import ControlPlane, build, default_pool  # noqa: E402
+from cluster.test_ha import held_by, leader_and_standby  # noqa: E402
 from cluster.test_lifecycle import llama  # noqa: E402
 from cluster.test_z_rbac_audit import USER  # noqa: E402
 
@@ -137,11 +138,8 @@ def percentiles(created: dict[str, float], reached: dict[str, float], what: str)
             f"{what}MaxS": round(latencies[-1], 2)}
 
 
-def handover(made: Any) -> dict[str, float]:
+def handover(made: Any, leader: Any, standby: Any) -> dict[str, float]:
     """kill -9 of the leader -> the standby's Lease; then SIGTERM of the new leader -> its exit."""
-    from cluster.test_ha import held_by, leader_and_standby
-
-    leader, standby = leader_and_standby(made)
     killed = time.monotonic()
     leader.kill()
     until(lambda: held_by(made, standby), "the standby's Lease")
@@ -174,8 +172,6 @@ def main() -> None:
         busy = audit(plane, started, settled)
         time.sleep(args.idle_s)  # nothing changes: every write in this window is a write too many
         idle = audit(plane, settled + 1, time.time())
-        from cluster.test_ha import leader_and_standby
-
         leader, standby = leader_and_standby(made)  # by the Lease's holder: the standby reconciles nothing
         rss, peak = rss_mib(leader.proc.pid)
         standby_rss, _ = rss_mib(standby.proc.pid)
@@ -191,7 +187,7 @@ def main() -> None:
             "leaderRssMiB": round(rss, 1), "leaderPeakRssMiB": round(peak, 1), "standbyRssMiB": round(standby_rss, 1),
             "namespace": NAMESPACE,
         }
-        result.update(handover(made))
+        result.update(handover(made, leader, standby))
         print(json.dumps(result))
         uninstall(made)
     finally:

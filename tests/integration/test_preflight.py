@@ -100,7 +100,7 @@ def disagreements(stage: str) -> float:
 
 @needs_vllm
 async def test_refused_by_the_images_vllm_creates_no_workload(operator: Operator, cluster: Cluster, kubelet: KubeletDouble,
-                                                             caplog: pytest.LogCaptureFixture) -> None:
+                                                             operator_log: pytest.LogCaptureFixture) -> None:
     kubelet.hold.clear()  # the pod waits: the gate is seen while the Job runs
     before = disagreements("config")
     await cluster.create(cr("refused", CUSTOM_IMAGE, speculative_config=NEWER_KEY))
@@ -133,10 +133,9 @@ async def test_refused_by_the_images_vllm_creates_no_workload(operator: Operator
     # named does not re-judge it by rules), with no second Job and no new Warning.
     warnings = len(cluster.events())
     await operator.stop()
-    caplog.clear()
-    caplog.set_level(logging.INFO)
+    operator_log.clear()
     await operator.start()
-    await eventually(lambda: any("Reconciled SpeculativeDeployment ns1/refused" in r.getMessage() for r in caplog.records),
+    await eventually(lambda: any("Reconciled SpeculativeDeployment ns1/refused" in r.getMessage() for r in operator_log.records),
                      what="the resync's reconcile")
     assert cluster.condition("refused", "Validated")["reason"] == "PreflightRefused"
     assert job_creates(cluster) == 1 and len(cluster.events()) == warnings
